@@ -1,0 +1,3 @@
+from vramtune.cli import main
+
+main()

@@ -1,0 +1,96 @@
+"""Devices: detection, total memory, AMP support, and Paddle's allocator counters (GPU and CPU).
+
+Imported only in child processes: touching CUDA in the parent would hold memory on the card the probes measure.
+The GPU branches follow Paddle's documented `paddle.device.cuda` API; they are verified on CPU-only machines
+only as far as the shared code goes.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+
+import paddle
+
+CPU_AMP_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast has no effect there and CPU has no "
+                  "fp16/bf16 matmul kernels; tune AMP on the GPU")
+
+
+@dataclass
+class DeviceInfo:
+    kind: str  # cpu | gpu
+    index: int
+    name: str
+    total_bytes: int
+    paddle_version: str
+    amp_unsupported: dict[str, str] = field(default_factory=dict)  # precision -> why it cannot run here
+
+    @property
+    def paddle_device(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"gpu:{self.index}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return f"cpu ({line.split(':', 1)[1].strip()})"
+    except OSError:
+        pass
+    return f"cpu ({platform.machine()})"
+
+
+def _gpu_available() -> bool:
+    return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+def describe(device: str) -> DeviceInfo:
+    """Resolve 'auto' | 'cpu' | 'gpu' | 'gpu:N' to a concrete device and what it can do."""
+    version = paddle.__version__
+    if device == "cpu" or (device == "auto" and not _gpu_available()):
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return DeviceInfo("cpu", 0, _cpu_name(), total, version,
+                          {p: CPU_AMP_REASON for p in ("fp16", "bf16")})
+    if not _gpu_available():
+        raise RuntimeError(f"device {device!r} requested but this Paddle build sees no GPU "
+                           f"(paddle {version}, compiled with CUDA: {paddle.is_compiled_with_cuda()})")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    properties = paddle.device.cuda.get_device_properties(index)
+    place = f"gpu:{index}"
+    unsupported = {}
+    if not paddle.amp.is_float16_supported(place):
+        unsupported["fp16"] = f"{properties.name} has no fp16 AMP support in this Paddle build"
+    if not paddle.amp.is_bfloat16_supported(place):
+        unsupported["bf16"] = f"{properties.name} has no bf16 support (needs compute capability 8.0+)"
+    return DeviceInfo("gpu", index, properties.name, int(properties.total_memory), version, unsupported)
+
+
+class MemoryCounters:
+    """Peak memory from Paddle's allocator: allocated (both kinds) and reserved (GPU only)."""
+
+    def __init__(self, info: DeviceInfo):
+        self.info = info
+
+    def reset(self) -> None:
+        if self.info.kind == "gpu":
+            paddle.device.cuda.reset_max_memory_allocated(self.info.index)
+            paddle.device.cuda.reset_max_memory_reserved(self.info.index)
+        else:
+            paddle.base.core.host_memory_stat_reset_peak_value("Allocated", 0)
+
+    def peak(self) -> tuple[int, int | None]:
+        """(peak allocated bytes, peak reserved bytes or None on CPU) since the last reset."""
+        if self.info.kind == "gpu":
+            paddle.device.cuda.synchronize(self.info.index)
+            return (int(paddle.device.cuda.max_memory_allocated(self.info.index)),
+                    int(paddle.device.cuda.max_memory_reserved(self.info.index)))
+        return int(paddle.base.core.host_memory_stat_peak_value("Allocated", 0)), None
+
+    def synchronize(self) -> None:
+        if self.info.kind == "gpu":
+            paddle.device.cuda.synchronize(self.info.index)
+

@@ -1,0 +1,182 @@
+"""Parent side of a probe: build the child's command line, run it in its own process group with a timeout,
+and turn whatever happened into a classified result. The parent never imports Paddle or the model."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vramtune.spec import Spec
+from vramtune.strategy import Strategy
+from vramtune.worker import OOM_MARKERS
+
+STATUSES = ("fits", "over_budget", "oom", "crashed", "timeout", "unstable", "unsupported")
+INFO_TIMEOUT = 120.0
+
+
+class DeviceError(Exception):
+    """The requested device cannot be used (no GPU in this Paddle build, Paddle missing, ...)."""
+
+
+@dataclass
+class ChildOutcome:
+    returncode: int | None
+    timed_out: bool
+    stderr_tail: str
+    seconds: float
+
+
+def child_command(arguments: list[str], extra_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The worker's argv and environment (pure: no side effects, easy to test)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore", "GLOG_minloglevel": "2",
+           **extra_env}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return [sys.executable, "-m", "vramtune.worker", *arguments], env
+
+
+def gpu_memory_limit_env(device: dict[str, Any], budget_bytes: int) -> dict[str, str]:
+    """On a GPU, make the child's allocator fail at the budget so that real OOMs happen there."""
+    if device["kind"] != "gpu" or budget_bytes >= device["total_bytes"]:
+        return {}
+    return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20))}
+
+
+class ChildProcess:
+    """One worker run in a new session (process group), ended with its whole group on timeout or interrupt."""
+
+    current: "ChildProcess | None" = None  # the running child, for signal handlers
+
+    def __init__(self, argv: list[str], env: dict[str, str], stderr_path: str):
+        self.argv, self.env, self.stderr_path = argv, env, stderr_path
+        self.process: subprocess.Popen | None = None
+
+    def run(self, timeout: float) -> ChildOutcome:
+        start = time.monotonic()
+        with open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
+                                            stdout=stderr, stderr=stderr, start_new_session=True)
+            ChildProcess.current = self
+            timed_out = False
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                self.kill()
+            except BaseException:
+                self.kill()
+                raise
+            finally:
+                ChildProcess.current = None
+        return ChildOutcome(self.process.returncode, timed_out, _tail(self.stderr_path), time.monotonic() - start)
+
+    def kill(self) -> None:
+        """SIGKILL the child's own process group (which we created), then reap the child."""
+        if self.process is None or self.process.returncode is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+def _tail(path: str, lines: int = 40) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _last_error_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    keyed = [line for line in lines if "Error" in line or any(m in line for m in OOM_MARKERS)]
+    return ((keyed or lines or ["no output"])[-1])[:400]
+
+
+def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+    """What happened to a child, as a status and a short reason."""
+    if outcome.timed_out:
+        return {"status": "timeout", "error": f"no result after {timeout:g}s; the probe's process group was ended"}
+    if payload is not None and payload.get("status") in STATUSES:
+        return payload
+    if outcome.returncode is not None and outcome.returncode < 0:
+        name = signal.Signals(-outcome.returncode).name
+        hint = " (likely the system OOM killer)" if name == "SIGKILL" else ""
+        return {"status": "crashed", "error": f"killed by {name}{hint}"}
+    if any(marker in outcome.stderr_tail for marker in OOM_MARKERS):
+        return {"status": "oom", "error": _last_error_line(outcome.stderr_tail)}
+    return {"status": "crashed",
+            "error": f"exit code {outcome.returncode} without a result: {_last_error_line(outcome.stderr_tail)}"}
+
+
+def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
+               job: dict[str, Any] | None = None) -> tuple[ChildOutcome, dict[str, Any] | None]:
+    """Run the worker once in a temporary folder; returns the outcome and its JSON result, if any."""
+    with tempfile.TemporaryDirectory(prefix="vramtune-") as folder:
+        out = os.path.join(folder, "result.json")
+        if job is not None:
+            job_path = os.path.join(folder, "job.json")
+            Path(job_path).write_text(json.dumps(job), encoding="utf-8")
+            arguments = [*arguments, "--job", job_path]
+        argv, env = child_command([*arguments, "--out", out], extra_env)
+        outcome = ChildProcess(argv, env, os.path.join(folder, "stderr.txt")).run(timeout)
+        try:
+            payload = json.loads(Path(out).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            payload = None
+    return outcome, payload
+
+
+def describe_device(device: str) -> dict[str, Any]:
+    """Ask a child which device 'auto'/'cpu'/'gpu:N' is, its memory and AMP support."""
+    outcome, payload = run_worker(["info", "--device", device], {}, INFO_TIMEOUT)
+    if payload is None or "error" in payload:
+        reason = (payload or {}).get("error") or classify(outcome, None, INFO_TIMEOUT)["error"]
+        if "No module named 'paddle'" in reason:
+            reason = "PaddlePaddle is not installed: pip install 'vramtune[cpu]' (or a GPU build, see README)"
+        raise DeviceError(f"device {device!r}: {reason}")
+    return payload
+
+
+def result_record(strategy: Strategy, device: dict[str, Any], budget_bytes: int,
+                  outcome: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """A probe result with every documented key, in a stable order."""
+    return {
+        "status": outcome["status"],
+        **strategy.to_json(),
+        "recompute_blocks": outcome.get("recompute_blocks"),
+        "peak_bytes": outcome.get("peak_bytes"),
+        "reserved_bytes": outcome.get("reserved_bytes"),
+        "budget_bytes": budget_bytes,
+        "step_seconds": outcome.get("step_seconds"),
+        "samples_per_sec": outcome.get("samples_per_sec"),
+        "loss": outcome.get("loss"),
+        "device": {"name": device["name"], "kind": device["kind"]},
+        "paddle_version": device["paddle_version"],
+        "error": outcome.get("error"),
+        "error_kind": outcome.get("error_kind"),
+        "seconds": round(seconds, 3),
+    }
+
+
+def measure(spec: Spec, strategy: Strategy, device: dict[str, Any], budget_bytes: int,
+            seed: int = 0) -> dict[str, Any]:
+    """One isolated probe of one strategy. AMP on a device without it is `unsupported`, never run."""
+    reason = device.get("amp_unsupported", {}).get(strategy.precision)
+    if reason:
+        return result_record(strategy, device, budget_bytes, {"status": "unsupported", "error": reason}, 0.0)
+    job = {"spec": spec.raw, "spec_path": spec.path, "strategy": strategy.to_json(), "device": device,
+           "budget_bytes": budget_bytes, "headroom": spec.headroom, "steps": spec.probe.steps,
+           "warmup": spec.probe.warmup, "seed": seed}
+    outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget_bytes), spec.probe.timeout, job)
+    return result_record(strategy, device, budget_bytes, classify(outcome, payload, spec.probe.timeout),
+                         outcome.seconds)

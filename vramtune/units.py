@@ -1,0 +1,52 @@
+"""Memory sizes: parse what people write ("512MiB", "15.5GiB", "2GB", 1048576) and format bytes."""
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class SizeError(ValueError):
+    """A size that cannot be read."""
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an integer or a string with a unit (KiB/MiB/GiB/TiB binary, KB/MB/GB/TB decimal)."""
+    if isinstance(value, bool):
+        raise SizeError(f"expected a size like 512MiB or 15.5GiB, got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise SizeError(f"must be a positive size, got {value}")
+        return value
+    if isinstance(value, float):
+        raise SizeError(f"a size needs a unit (e.g. {value}GiB) or whole bytes, got {value!r}")
+    if not isinstance(value, str):
+        raise SizeError(f"expected a size like 512MiB or 15.5GiB, got {type(value).__name__}")
+    match = _SIZE.match(value)
+    if not match:
+        raise SizeError(f"expected a size like 512MiB or 15.5GiB, got {value!r}")
+    number, unit = match.groups()
+    factor = _UNITS.get(unit.lower() or "b")
+    if factor is None:
+        raise SizeError(f"unknown unit {unit!r} in {value!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+    size = int(float(number) * factor)
+    if size <= 0:
+        raise SizeError(f"must be a positive size, got {value!r}")
+    return size
+
+
+def format_bytes(size: int | float | None) -> str:
+    """Human size in binary units, e.g. 1536 -> '1.5 KiB'."""
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.2f} TiB"
