@@ -131,9 +131,14 @@ class Tuner:
         return result
 
     def model(self, precision: str) -> MemoryModel:
-        points = [(s.micro_batch, s.recompute_layers, used_bytes(r)) for s, r in self.results.items()
-                  if s.precision == precision and r["status"] in ("fits", "over_budget") and used_bytes(r)]
-        return MemoryModel(points)
+        """The memory model of one precision. Accumulating keeps gradients alive during the next forward,
+        so once two accumulating micro-batch sizes are measured, the plain (k=1) probe is left out."""
+        measured = [(s, used_bytes(r)) for s, r in self.results.items()
+                    if s.precision == precision and r["status"] in ("fits", "over_budget") and used_bytes(r)]
+        accumulating = [(s, used) for s, used in measured if s.accumulation > 1]
+        if len({s.micro_batch for s, _ in accumulating if s.recompute_layers == 0}) >= 2:
+            measured = accumulating
+        return MemoryModel([(s.micro_batch, s.recompute_layers, used) for s, used in measured])
 
     def boundary(self, rung: str, candidates: list[Strategy]) -> Strategy | None:
         """The last candidate that fits, for candidates ordered by increasing memory (predict, verify, correct)."""

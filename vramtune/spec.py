@@ -174,8 +174,6 @@ class _Section:
         if not _is_kind(value, kind):
             self.fail(name, f"must be {_KINDS[kind]}, got {_describe(value)}")
             return None
-        if kind is float:
-            value = float(value)
         if choices is not None and value not in choices:
             self.fail(name, f"must be one of {', '.join(map(str, choices))}; got {value!r}{_did_you_mean(value, choices)}")
             return None
@@ -184,12 +182,14 @@ class _Section:
             if message:
                 self.fail(name, message)
                 return None
-        return value
+        return float(value) if kind is float else value
 
-    def sub(self, name: str, required: bool = False) -> "_Section":
+    def sub(self, name: str, required: bool = False) -> "_Section | None":
+        """The nested section; None (after one problem) when a required one is missing."""
         self.seen.add(name)
-        if required and name not in self.data:
+        if required and self.data.get(name) is None:
             self.fail(name, "is required")
+            return None
         return _Section(self.problems, self.file, self.key(name), self.data.get(name))
 
     def finish(self, allowed: tuple[str, ...] | None = None) -> None:
@@ -215,7 +215,7 @@ def _describe(value: Any) -> str:
 
 
 def _did_you_mean(value: Any, options) -> str:
-    close = difflib.get_close_matches(str(value), [str(o) for o in options], n=1, cutoff=0.6)
+    close = difflib.get_close_matches(str(value), [str(o) for o in options], n=1, cutoff=0.7)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -247,6 +247,8 @@ def _tensor(section: _Section, integer_labels_need_high: bool = True) -> TensorS
 
 def _read_model(root: _Section) -> ModelSpec | None:
     section = root.sub("model", required=True)
+    if section is None:
+        return None
     source = section.get("source", str, choices=SOURCES)
     blocks = section.get("recompute_blocks", str, None)
     model = ModelSpec(source=source or "", recompute_blocks=blocks)
@@ -266,6 +268,8 @@ def _read_model(root: _Section) -> ModelSpec | None:
                                     f"must look like 'package.module:callable', got {v!r}")
         model.kwargs = section.get("kwargs", dict, {}) or {}
         model.loss = section.get("loss", str, "cross_entropy", choices=LOSSES)
+    else:
+        section.seen.update(section.data)  # the source is already reported; its keys cannot be judged
     section.finish()
     return model if source else None
 
@@ -273,6 +277,8 @@ def _read_model(root: _Section) -> ModelSpec | None:
 def _read_data(root: _Section, model: ModelSpec | None) -> DataSpec:
     section = root.sub("data", required=True)
     data = DataSpec()
+    if section is None:
+        return data
     source = model.source if model else None
     if source == "paddlenlp":
         data.seq_len = section.get("seq_len", int, check=_positive(1 << 20))
@@ -292,7 +298,8 @@ def _read_data(root: _Section, model: ModelSpec | None) -> DataSpec:
                 if tensor:
                     data.inputs.append(tensor)
         if model.loss != "model":
-            data.labels = _tensor(section.sub("labels", required=True))
+            labels = section.sub("labels", required=True)
+            data.labels = _tensor(labels) if labels else None
         elif "labels" in section.data:
             section.fail("labels", "is not used with loss: model (the model returns its own loss)")
             section.seen.add("labels")
@@ -317,18 +324,22 @@ def _read_budget(root: _Section) -> int | None:
 def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
     """Validate a parsed spec; raise SpecError listing every problem."""
     problems: list[Problem] = []
+    if not isinstance(raw, dict):
+        raise SpecError([Problem(file, "", f"must be a mapping, got {_describe(raw)}")])
     root = _Section(problems, file, "", raw)
     name = root.get("name", str, Path(file).stem)
     model = _read_model(root)
     data = _read_data(root, model)
 
     section = root.sub("train", required=True)
-    train = TrainSpec(
-        target_batch=section.get("target_batch", int, check=_positive(1 << 20)),
-        optimizer=section.get("optimizer", str, "adamw", choices=OPTIMIZERS),
-        learning_rate=section.get("learning_rate", float, 5.0e-5, check=_positive()),
-    )
-    section.finish()
+    train = TrainSpec(target_batch=0)
+    if section is not None:
+        train = TrainSpec(
+            target_batch=section.get("target_batch", int, check=_positive(1 << 20)),
+            optimizer=section.get("optimizer", str, "adamw", choices=OPTIMIZERS),
+            learning_rate=section.get("learning_rate", float, 5.0e-5, check=_positive()),
+        )
+        section.finish()
 
     device = root.get("device", str, "auto", check=lambda v: None if DEVICE_PATTERN.match(v) else
                       f"must be auto, cpu, gpu or gpu:N, got {v!r}")

@@ -1,0 +1,59 @@
+"""Shared fixtures: a hermetic CLI runner, a private results cache, and paths to the shipped configs."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from vramtune.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+SPECS = Path(__file__).resolve().parent / "specs"
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Each test gets its own .vramtune/ and finds the example factories (configs/) on PYTHONPATH."""
+    monkeypatch.setenv("VRAMTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(CONFIGS), os.environ.get("PYTHONPATH")])))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def cli():
+    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+        return result.exit_code, result.stdout, result.stderr
+    return invoke
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    """Write a spec (a dict, or YAML text) to a file and return its path."""
+    def write(content, name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False))
+        return path
+    return write
+
+
+def mlp_spec(**changes) -> dict:
+    """The shipped python MLP spec as a dict, with dotted-key changes (None removes a key)."""
+    spec = yaml.safe_load((CONFIGS / "mlp-python-cpu.yaml").read_text())
+    for dotted, value in changes.items():
+        node = spec
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return spec
