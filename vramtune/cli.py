@@ -8,7 +8,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from vramtune import __version__, report, runner, tuning
+from vramtune import __version__, checking, export, report, runner, tuning
 from vramtune.search import BuildFailure
 from vramtune.spec import Problem, SpecError, load_spec
 from vramtune.store import StoreError
@@ -36,7 +36,7 @@ def exits_cleanly(command: Callable) -> Callable:
         except SpecError as error:
             for problem in error.problems:
                 report.error(str(problem))
-        except (runner.DeviceError, StoreError, BuildFailure) as error:
+        except (runner.DeviceError, StoreError, BuildFailure, export.ExportError) as error:
             report.error(str(error))
         raise typer.Exit(EXIT_BAD_INPUT)
 
@@ -136,6 +136,61 @@ def measure(
     report.render_measure(result)
     if json_output:
         report.emit_json(result)
+
+
+@app.command()
+@exits_cleanly
+def apply(
+    spec_path: Path = SpecArg,
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="default: SPEC.tuned.yaml (.tuned.json)"),
+    format_name: str = typer.Option("yaml", "--format", help="yaml (the spec + a tuned: section) | paddlenlp "
+                                    "(TrainingArguments JSON)"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing output file"),
+) -> None:
+    """Write the tuned configuration (from saved results; probes first if there are none)."""
+    if format_name not in ("yaml", "paddlenlp"):
+        raise SpecError([Problem(str(spec_path), "--format", f"must be yaml or paddlenlp, got {format_name!r}")])
+    spec = load_spec(spec_path)
+    out = output or export.default_output(spec_path, format_name)
+    if out.exists() and not force:
+        raise export.ExportError(f"{out} exists; pass --force to overwrite it")
+    session = tuning.open_session(spec, warn=report.error)
+    result = session.store.load_summary()
+    if result is None:
+        report.console.print(f"no saved results for {spec.name} on {session.device['name']}: probing first")
+        _sigterm_as_interrupt()
+        with session.store.locked(on_wait=report.console.print):
+            result = tuning.tune(session, report.ProbeProgress(session.budget_bytes, spec.headroom))
+        report.render_tuning(result)
+        if result["interrupted"]:
+            raise typer.Exit(EXIT_INTERRUPTED)
+    if not result["chosen"]:
+        report.error(f"nothing fits {spec.name} within the budget; see `vramtune probe {spec_path}`")
+        raise typer.Exit(EXIT_NO_FIT)
+    text, warnings = export.render(format_name, spec_path, spec.name, spec.train.learning_rate, result)
+    for warning in warnings:
+        report.console.print(f"warning: {warning}", markup=False)
+    export.write_atomic(out, text, force)
+    report.console.print(f"wrote {out}", markup=False)
+
+
+@app.command()
+@exits_cleanly
+def check(
+    tuned_path: Path = typer.Argument(..., help="a file written by `vramtune apply`", show_default=False),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="allowed peak growth since tuning (0.05 = 5%)"),
+    device: Optional[str] = DeviceOpt,
+    json_output: bool = JsonOpt,
+) -> None:
+    """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits or its peak grew."""
+    if tolerance < 0:
+        raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
+    spec = load_spec(tuned_path)
+    verdict = checking.check(spec, tolerance, device)
+    report.render_check(verdict)
+    if json_output:
+        report.emit_json(verdict)
+    raise typer.Exit(EXIT_NO_FIT if verdict["status"] == "fail" else EXIT_OK)
 
 
 @app.command()

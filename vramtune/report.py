@@ -132,3 +132,14 @@ def render_measure(result: dict[str, Any]) -> None:
     if result.get("error"):
         console.print(f"  {result['error']}", markup=False)
     console.print(f"  on {result['device']['name']}, paddle {result['paddle_version']}")
+
+
+def render_check(verdict: dict[str, Any]) -> None:
+    for note in verdict["notes"]:
+        console.print(f"note: {note}", markup=False)
+    render_measure(verdict["measured"])
+    for reason in verdict["reasons"]:
+        error(reason)
+    status = verdict["status"]
+    style = {"pass": "green", "smoke": "green", "fail": "red"}[status]
+    console.print(f"check: [bold {style}]{status}[/]")

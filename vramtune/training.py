@@ -78,14 +78,22 @@ class RecomputeBlock(paddle.nn.Layer):
         return recompute(self.inner, *args, use_reentrant=False, **kwargs)
 
 
-def apply_recompute(model: paddle.nn.Layer, layers: int, path: str | None = None) -> int:
-    """Wrap the first `layers` blocks in RecomputeBlock; returns L, the number of blocks found."""
+def block_path(model: paddle.nn.Layer, slots: list[tuple[paddle.nn.Layer, str]]) -> str | None:
+    """The dotted path(s) of the containers holding the blocks, e.g. 'bert.encoder.layers' or 'layer1,layer2'."""
+    names = {id(layer): name for name, layer in model.named_sublayers(include_self=True)}
+    paths = list(dict.fromkeys(names[id(container)] for container, _ in slots))
+    return ",".join(paths) if paths else None
+
+
+def apply_recompute(model: paddle.nn.Layer, layers: int, path: str | None = None) -> tuple[int, str | None]:
+    """Wrap the first `layers` blocks in RecomputeBlock; returns (L, the blocks found; their container path)."""
     slots = find_blocks(model, path)
     if layers > len(slots):
         raise BlockError(f"recompute_layers {layers} is more than the {len(slots)} repeated blocks found")
+    found = block_path(model, slots)
     for container, key in slots[:layers]:
         container._sub_layers[key] = RecomputeBlock(container._sub_layers[key])
-    return len(slots)
+    return len(slots), found
 
 
 class StepRunner:

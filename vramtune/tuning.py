@@ -54,8 +54,8 @@ def problem_for(session: Session) -> Problem:
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> dict[str, Any]:
     """The JSON-ready result of a tuning run (also what `apply` reads back)."""
     chosen = outcome.chosen
-    keys = ("precision", "micro_batch", "accumulation", "recompute_layers", "recompute_blocks", "peak_bytes",
-            "reserved_bytes", "samples_per_sec", "step_seconds")
+    keys = ("precision", "micro_batch", "accumulation", "recompute_layers", "recompute_blocks", "recompute_path",
+            "peak_bytes", "reserved_bytes", "samples_per_sec", "step_seconds")
     return {
         "spec": session.spec.name,
         "spec_path": session.spec.path,

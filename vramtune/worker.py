@@ -54,14 +54,15 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any]:
 
     info = DeviceInfo(**job["device"])
     strategy = Strategy.from_json(job["strategy"])
-    result: dict[str, Any] = {"status": "crashed", "error": None, "error_kind": None, "recompute_blocks": None}
+    result: dict[str, Any] = {"status": "crashed", "error": None, "error_kind": None, "recompute_blocks": None,
+                              "recompute_path": None}
     paddle.set_device(info.paddle_device)
     paddle.seed(job.get("seed", 0))
     spec = spec_from_dict(job["spec"], job["spec_path"])
     try:
         built = build(spec)
-        result["recompute_blocks"] = apply_recompute(built.model, strategy.recompute_layers,
-                                                     spec.model.recompute_blocks)
+        result["recompute_blocks"], result["recompute_path"] = apply_recompute(
+            built.model, strategy.recompute_layers, spec.model.recompute_blocks)
     except (BuildError, BlockError) as error:
         return {**result, "error": str(error), "error_kind": "build"}
     model = built.model

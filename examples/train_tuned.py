@@ -1,0 +1,65 @@
+"""A user's own training loop, trained exactly as tuned, with vramtune.runtime.
+
+    vramtune apply configs/mlp-python-cpu.yaml          # writes configs/mlp-python-cpu.tuned.yaml
+    python examples/train_tuned.py configs/mlp-python-cpu.tuned.yaml --steps 20
+
+Prints one JSON line: optimizer steps run, the peak memory of the loop (after the first step, as probes
+measure it) and the peak recorded at tuning.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import paddle
+import paddle.nn.functional as F
+
+from vramtune import runtime
+
+
+def peak_memory(reset: bool = False) -> int:
+    """Peak allocated bytes from Paddle's allocator (GPU counters on a GPU, host counters on CPU)."""
+    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        if reset:
+            paddle.device.cuda.reset_max_memory_allocated()
+        return paddle.device.cuda.max_memory_allocated()
+    if reset:
+        paddle.base.core.host_memory_stat_reset_peak_value("Allocated", 0)
+    return paddle.base.core.host_memory_stat_peak_value("Allocated", 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tuned", help="a file written by `vramtune apply` for configs/mlp-python-cpu.yaml")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps to train")
+    args = parser.parse_args()
+
+    plan = runtime.load(args.tuned)
+    sys.path.insert(0, str(Path(args.tuned).resolve().parent))
+    from mlp_model import build  # the user's own model code
+
+    model = build(in_features=256, width=128, depth=6, classes=10)
+    optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
+    model, optimizer = plan.prepare(model, optimizer)
+
+    def loss_fn(batch):
+        features, labels = batch
+        return F.cross_entropy(model(features), labels)
+
+    steps = 0
+    while steps < args.steps:
+        batch = (paddle.randn([plan.micro_batch, 256]), paddle.randint(0, 10, [plan.micro_batch]))
+        loss, stepped = plan.step(loss_fn, batch)
+        if stepped:
+            steps += 1
+            if steps == 1:
+                peak_memory(reset=True)  # the optimizer state exists now, as in the probes
+    peak = peak_memory()
+    print(json.dumps({"steps": steps, "loss": float(loss), "peak_bytes": peak,
+                      "tuned_peak_bytes": plan.tuned["peak_bytes"]}))
+
+
+if __name__ == "__main__":
+    main()
