@@ -25,6 +25,7 @@ lint: install
 	$(BIN)/ruff check vramtune tests bench examples
 
 bench: install
+	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/run.py
 
 clean:

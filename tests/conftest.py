@@ -13,13 +13,15 @@ from vramtune.cli import app
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 SPECS = Path(__file__).resolve().parent / "specs"
+FAULTS = Path(__file__).resolve().parent / "faults"
 
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
-    """Each test gets its own .vramtune/ and finds the example factories (configs/) on PYTHONPATH."""
+    """Each test gets its own .vramtune/ and finds the example and fault factories on PYTHONPATH."""
     monkeypatch.setenv("VRAMTUNE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(CONFIGS), os.environ.get("PYTHONPATH")])))
+    paths = [str(CONFIGS), str(FAULTS), os.environ.get("PYTHONPATH")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
     return tmp_path / "cache"
 
 
@@ -56,4 +58,20 @@ def mlp_spec(**changes) -> dict:
             node.pop(last, None)
         else:
             node[last] = value
+    return spec
+
+
+def fault_spec(mode: str, lo: int = 1, hi: int = 1 << 30, timeout: float = 60, budget="64MiB", **more) -> dict:
+    """A tiny model from tests/faults that misbehaves (`mode`) for micro-batches in (lo, hi]."""
+    spec = {
+        "name": f"fault-{mode}",
+        "model": {"source": "python", "factory": "fault_models:build", "kwargs": {"mode": mode, "lo": lo, "hi": hi}},
+        "data": {"inputs": [{"shape": [32], "dtype": "float32"}], "labels": {"shape": [], "dtype": "int64", "high": 4}},
+        "train": {"target_batch": 64},
+        "device": "cpu",
+        "budget": budget,
+        "probe": {"steps": 1, "warmup": 1, "timeout": timeout},
+    }
+    for key, value in more.items():
+        spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
     return spec

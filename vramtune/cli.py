@@ -38,6 +38,9 @@ def exits_cleanly(command: Callable) -> Callable:
                 report.error(str(problem))
         except (runner.DeviceError, StoreError, BuildFailure, export.ExportError) as error:
             report.error(str(error))
+        except KeyboardInterrupt:
+            report.error("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         raise typer.Exit(EXIT_BAD_INPUT)
 
     return wrapper

@@ -54,23 +54,26 @@ class ResultStore:
         """Hold this spec's lock; if another run holds it, say so and wait for it."""
         self._ensure_folder()
         lock_path = self.folder / "lock"
-        with open(lock_path, "a+", encoding="utf-8") as handle:
+        try:
+            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise StoreError(f"cannot create the lock file {lock_path}: {error.strerror or error}") from error
+        try:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "unknown"
+                holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
                 on_wait(f"another vramtune run (pid {holder}) is tuning this spec; waiting for it to finish "
                         f"(its results will be reused)")
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            handle.seek(0)
-            handle.truncate()
-            handle.write(str(os.getpid()))
-            handle.flush()
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+            try:  # the pid only informs a waiting run; failing to write it (disk full) is harmless
+                os.ftruncate(descriptor, 0)
+                os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+            except OSError:
+                pass
+            yield
+        finally:
+            os.close(descriptor)  # closing releases the lock
 
     def load(self) -> dict[Strategy, dict[str, Any]]:
         """Saved results by strategy; unreadable or foreign lines are set aside with a warning."""

@@ -64,7 +64,7 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any]:
         result["recompute_blocks"], result["recompute_path"] = apply_recompute(
             built.model, strategy.recompute_layers, spec.model.recompute_blocks)
     except (BuildError, BlockError) as error:
-        return {**result, "error": str(error), "error_kind": "build"}
+        return {**result, "error": f"{spec.path}: {error}", "error_kind": "build"}
     model = built.model
     model.train()
     optimizer = make_optimizer(spec.train.optimizer, spec.train.learning_rate, model.parameters())

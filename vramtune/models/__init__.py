@@ -54,6 +54,6 @@ def build(spec: Spec) -> BuiltModel:
     except Exception as error:  # noqa: BLE001 - any failure here means the data does not fit the model
         message = str(error).strip().splitlines()
         detail = next((line for line in message if "Error" in line or "error" in line), message[0] if message else "")
-        raise BuildError(f"the spec's data does not fit the model: one sample fails in forward: "
+        raise BuildError(f"data: does not fit the model: one sample fails in forward: "
                          f"{type(error).__name__}: {detail[:300]}") from error
     return built

@@ -14,7 +14,7 @@ def _transformers():
     try:
         import paddlenlp.transformers as transformers
     except ImportError as error:
-        raise BuildError(f"model.source paddlenlp needs PaddleNLP: pip install 'vramtune[nlp]' ({error})") from error
+        raise BuildError(f"model.source: paddlenlp needs PaddleNLP: pip install 'vramtune[nlp]' ({error})") from error
     return transformers
 
 

@@ -14,19 +14,30 @@ from vramtune.spec import Spec
 
 def load_factory(spec: Spec):
     """Import `module:callable`, looking in the spec's folder first, then PYTHONPATH."""
-    module_name, _, attr = spec.model.factory.partition(":")
+    factory_path = spec.model.factory
+    module_name, _, attr = factory_path.partition(":")
     if spec.base_dir not in sys.path:
         sys.path.insert(0, spec.base_dir)
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name.split(".")[0] and error.name != module_name:
+            raise BuildError(_import_failure(factory_path, module_name, error)) from error
+        raise BuildError(f"model.factory: {factory_path!r}: no module named {module_name!r} in the spec's folder "
+                         f"({spec.base_dir}) or on PYTHONPATH") from error
     except Exception as error:  # noqa: BLE001 - any import failure is the factory's, reported once
-        where = traceback.extract_tb(error.__traceback__)[-1]
-        raise BuildError(f"model.factory {spec.model.factory!r}: importing {module_name!r} failed: "
-                         f"{type(error).__name__}: {error} ({where.filename}:{where.lineno})") from error
+        raise BuildError(_import_failure(factory_path, module_name, error)) from error
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise BuildError(f"model.factory {spec.model.factory!r}: module {module_name!r} has no callable {attr!r}")
+        raise BuildError(f"model.factory: {factory_path!r}: module {module_name!r} has no callable {attr!r}")
     return factory
+
+
+def _import_failure(factory_path: str, module_name: str, error: BaseException) -> str:
+    """Name the line in the user's code where the import failed (not importlib's own frames)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"model.factory: {factory_path!r}: importing {module_name!r} failed: {type(error).__name__}: {error}{where}"
 
 
 def build_python(spec: Spec) -> BuiltModel:
@@ -34,9 +45,9 @@ def build_python(spec: Spec) -> BuiltModel:
     try:
         model = factory(**spec.model.kwargs)
     except Exception as error:  # noqa: BLE001
-        raise BuildError(f"model.factory {spec.model.factory!r} raised {type(error).__name__}: {error}") from error
+        raise BuildError(f"model.factory: {spec.model.factory!r} raised {type(error).__name__}: {error}") from error
     if not isinstance(model, paddle.nn.Layer):
-        raise BuildError(f"model.factory {spec.model.factory!r} returned {type(model).__name__}, "
+        raise BuildError(f"model.factory: {spec.model.factory!r} returned {type(model).__name__}, "
                          "not a paddle.nn.Layer")
     data, loss_kind = spec.data, spec.model.loss
 

@@ -1,0 +1,55 @@
+"""Models that fail on purpose, to provoke each fault for real. Only micro-batches m with lo < m <= hi
+misbehave, so the one-sample build check and other probes run normally."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+
+import paddle
+import paddle.nn as nn
+
+
+class Faulty(nn.Layer):
+    def __init__(self, mode: str, lo: int, hi: int, pid_file: str | None):
+        super().__init__()
+        self.mode, self.lo, self.hi, self.pid_file = mode, lo, hi, pid_file
+        self.blocks = nn.LayerList([nn.Linear(32, 32) for _ in range(2)])
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        bad = self.lo < x.shape[0] <= self.hi
+        if bad:
+            self.misbehave()
+        for block in self.blocks:
+            x = paddle.nn.functional.relu(block(x))
+        out = self.head(x)
+        if self.mode == "nan" and bad:
+            out = out * float("nan")
+        return out
+
+    def misbehave(self) -> None:
+        if self.mode == "oom":  # a real allocation far larger than the machine
+            paddle.empty([1 << 42], dtype="float32")
+        elif self.mode == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.mode == "segfault":
+            ctypes.string_at(0)
+        elif self.mode == "hang":  # with a grandchild, to prove the whole process group is ended
+            child = subprocess.Popen(["sleep", "600"])
+            if self.pid_file:
+                with open(self.pid_file, "w") as handle:
+                    handle.write(str(child.pid))
+            time.sleep(600)
+        elif self.mode == "raise":
+            raise RuntimeError("the model's forward failed")
+
+
+def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | None = None) -> nn.Layer:
+    if mode == "build_error":
+        raise ValueError("width must be even")
+    if mode == "not_a_layer":
+        return "a string"
+    return Faulty(mode, lo, hi, pid_file)

@@ -1,0 +1,2 @@
+"""A factory module that fails at import, like a user's module with a bug."""
+raise ImportError("No module named 'flash_attn'")
