@@ -9,7 +9,6 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import CONFIGS, ROOT, mlp_spec
 
 pytestmark = pytest.mark.paddle

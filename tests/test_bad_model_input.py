@@ -3,7 +3,6 @@ probe, reported as `error: SPEC: key: message` with exit code 2, never as a ladd
 from __future__ import annotations
 
 import pytest
-
 from conftest import CONFIGS, mlp_spec
 
 pytestmark = pytest.mark.paddle

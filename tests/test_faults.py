@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FAULTS, fault_spec
 
 pytestmark = pytest.mark.paddle
@@ -207,10 +206,9 @@ def test_disk_full_is_a_clear_error_and_earlier_results_survive(cli, write_spec,
     code, _, _ = run_json(cli, "probe", write_spec(fault_spec("none"), "a.yaml"))
     assert code == 0
     before = {p: p.read_text() for p in cache.glob("*/*")}
-    with open(tiny_disk / "filler", "wb", buffering=0) as filler:  # fill the disk
-        with pytest.raises(OSError):
-            while True:
-                filler.write(b"x" * 4096)
+    with open(tiny_disk / "filler", "wb", buffering=0) as filler, pytest.raises(OSError):  # fill the disk
+        while True:
+            filler.write(b"x" * 4096)
     code, out, err = cli("probe", write_spec(fault_spec("none", budget="32MiB"), "b.yaml"))
     assert code == 2 and out == ""
     last = err.splitlines()[-1]

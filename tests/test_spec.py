@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from bad_specs import CASES, MULTI
 from conftest import CONFIGS, SPECS, mlp_spec
+
 from vramtune.spec import load_spec
 
 

@@ -32,7 +32,8 @@ def check(spec: Spec, tolerance: float, device: str | None = None) -> dict[str, 
     try:
         strategy = Strategy.from_json(tuned)
     except (KeyError, TypeError, ValueError) as error:
-        raise SpecError([Problem(spec.path, "tuned", f"is incomplete or damaged ({error}); rerun vramtune apply")])
+        raise SpecError([Problem(spec.path, "tuned", f"is incomplete or damaged ({error}); rerun vramtune apply")]) \
+            from None
     tuned_kind = tuned.get("device_kind", "cpu")
     try:
         info = runner.describe_device(device or spec.device)

@@ -58,7 +58,7 @@ def _parse_budget(text: str | None) -> Any:
 
 
 def _sigterm_as_interrupt() -> None:
-    def handler(signum, frame):  # noqa: ARG001
+    def handler(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)

@@ -7,12 +7,12 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vramtune.search import used_bytes
 from vramtune.strategy import Strategy
 from vramtune.units import format_bytes
-from rich.markup import escape
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: wide enough for the probe table

@@ -2,6 +2,7 @@
 and turn whatever happened into a classified result. The parent never imports Paddle or the model."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -52,7 +53,7 @@ def gpu_memory_limit_env(device: dict[str, Any], budget_bytes: int) -> dict[str,
 class ChildProcess:
     """One worker run in a new session (process group), ended with its whole group on timeout or interrupt."""
 
-    current: "ChildProcess | None" = None  # the running child, for signal handlers
+    current: ChildProcess | None = None  # the running child, for signal handlers
 
     def __init__(self, argv: list[str], env: dict[str, str], stderr_path: str):
         self.argv, self.env, self.stderr_path = argv, env, stderr_path
@@ -81,10 +82,8 @@ class ChildProcess:
         """SIGKILL the child's own process group (which we created), then reap the child."""
         if self.process is None or self.process.returncode is not None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait()
 
 

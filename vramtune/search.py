@@ -9,8 +9,9 @@ larger micro-batch with recompute while that keeps getting faster.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from vramtune.strategy import Strategy
 

@@ -175,7 +175,8 @@ class _Section:
             self.fail(name, f"must be {_KINDS[kind]}, got {_describe(value)}")
             return None
         if choices is not None and value not in choices:
-            self.fail(name, f"must be one of {', '.join(map(str, choices))}; got {value!r}{_did_you_mean(value, choices)}")
+            allowed = ", ".join(map(str, choices))
+            self.fail(name, f"must be one of {allowed}; got {value!r}{_did_you_mean(value, choices)}")
             return None
         if check is not None:
             message = check(value)
@@ -184,7 +185,7 @@ class _Section:
                 return None
         return float(value) if kind is float else value
 
-    def sub(self, name: str, required: bool = False) -> "_Section | None":
+    def sub(self, name: str, required: bool = False) -> _Section | None:
         """The nested section; None (after one problem) when a required one is missing."""
         self.seen.add(name)
         if required and self.data.get(name) is None:

@@ -11,8 +11,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from vramtune import __version__
 from vramtune.strategy import Strategy

@@ -25,7 +25,7 @@ class Strategy:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Strategy":
+    def from_json(cls, data: dict[str, Any]) -> Strategy:
         return cls(data["precision"], int(data["micro_batch"]), int(data["accumulation"]),
                    int(data["recompute_layers"]))
 

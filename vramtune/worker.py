@@ -87,7 +87,7 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any]:
         counters.synchronize()
         seconds = (time.perf_counter() - start) / job["steps"]
         peak, reserved = counters.peak()
-    except Exception as error:  # noqa: BLE001 - every failure becomes a classified result
+    except Exception as error:
         status = "oom" if is_oom(error) else "crashed"
         return {**result, "status": status, "error": short_error(error)}
     used = reserved if reserved is not None else peak
@@ -114,14 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "info":
         try:
             payload = run_info(args.device)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             payload = {"error": short_error(error)}
     else:
         with open(args.job, encoding="utf-8") as handle:
             job = json.load(handle)
         try:
             payload = run_probe(job)
-        except Exception as error:  # noqa: BLE001 - e.g. an OOM while building the model
+        except Exception as error:
             payload = {"status": "oom" if is_oom(error) else "crashed", "error": short_error(error),
                        "error_kind": None}
     write_json(args.out, payload)

@@ -51,7 +51,7 @@ def build(spec: Spec) -> BuiltModel:
             built.loss(built.model, built.make_batch(1))
     except BuildError:
         raise
-    except Exception as error:  # noqa: BLE001 - any failure here means the data does not fit the model
+    except Exception as error:
         message = str(error).strip().splitlines()
         detail = next((line for line in message if "Error" in line or "error" in line), message[0] if message else "")
         raise BuildError(f"data: does not fit the model: one sample fails in forward: "

@@ -25,7 +25,7 @@ def load_factory(spec: Spec):
             raise BuildError(_import_failure(factory_path, module_name, error)) from error
         raise BuildError(f"model.factory: {factory_path!r}: no module named {module_name!r} in the spec's folder "
                          f"({spec.base_dir}) or on PYTHONPATH") from error
-    except Exception as error:  # noqa: BLE001 - any import failure is the factory's, reported once
+    except Exception as error:
         raise BuildError(_import_failure(factory_path, module_name, error)) from error
     factory = getattr(module, attr, None)
     if not callable(factory):
@@ -44,7 +44,7 @@ def build_python(spec: Spec) -> BuiltModel:
     factory = load_factory(spec)
     try:
         model = factory(**spec.model.kwargs)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise BuildError(f"model.factory: {spec.model.factory!r} raised {type(error).__name__}: {error}") from error
     if not isinstance(model, paddle.nn.Layer):
         raise BuildError(f"model.factory: {spec.model.factory!r} returned {type(model).__name__}, "
