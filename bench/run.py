@@ -23,7 +23,7 @@ from vramtune import runner  # noqa: E402
 from vramtune.search import Tuner, choose, used_bytes  # noqa: E402
 from vramtune.spec import Spec, apply_overrides, load_spec, spec_from_dict  # noqa: E402
 from vramtune.strategy import Strategy  # noqa: E402
-from vramtune.tuning import Session, problem_for  # noqa: E402
+from vramtune.tuning import problem_for  # noqa: E402
 
 SPECS = ["configs/bert-mini-cpu.yaml", "configs/resnet18-cpu.yaml", "configs/mlp-python-cpu.yaml",
          "tests/specs/rung-recompute.yaml"]
@@ -67,8 +67,7 @@ def bench(path: str) -> dict:
     spec = load_spec(ROOT / path)
     device = runner.describe_device(spec.device)
     budget = spec.budget
-    session = Session(spec, device, budget, store=None)  # type: ignore[arg-type]
-    problem = problem_for(session)
+    problem = problem_for(spec, device, budget)
 
     tuned = Counter(spec, device, budget)
     start = time.monotonic()

@@ -26,7 +26,6 @@ def test_bert_demo_config_tunes(cli):
     plain = report["probes"][0]
     assert (plain["micro_batch"], plain["accumulation"], plain["status"]) == (32, 1, "over_budget")
     assert chosen["micro_batch"] * chosen["accumulation"] == 32
-    assert report["seconds"] < 60
     assert set(report) >= {"spec", "device", "budget_bytes", "chosen", "probes", "seconds"}
     assert "fp16 skipped: AMP cannot be measured on CPU" in report["notes"][0]
     assert "chosen: fp32, micro-batch" in err

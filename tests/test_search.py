@@ -177,3 +177,14 @@ def test_memory_model_fits_affine_and_recompute_savings():
     assert model.predict(8, 0) == pytest.approx(36)
     assert model.predict(32, 2) == pytest.approx(84 - 32 * 0.25 * 2)
     assert MemoryModel([]).predict(8, 0) is None
+
+
+def test_recompute_at_a_larger_micro_batch_is_skipped_when_predicted_slower():
+    # accumulation cannot go below m=32 (max_accumulation 2) so recompute is needed at m=32; m=64 is no faster
+    # per sample and recompute costs 25% per block there too: its speed is predicted, not probed
+    device = FakeDevice(fixed=10 * MiB, per_sample=2 * MiB, saved=0.4 * MiB, overhead=0.0, recompute_cost=1.0)
+    prob = problem(70 * MiB, max_accumulation=2)  # m=32: 74 MiB > 66.5 limit; r=1 fits
+    outcome = Tuner(device(70 * MiB), prob).run()
+    assert outcome.chosen["micro_batch"] == 32 and outcome.chosen["recompute_layers"] == 1
+    assert not any(s.micro_batch == 64 and s.recompute_layers for s in device.calls)
+    assert outcome.notes[-1].startswith("fp32 micro-batch 64 with recompute not probed: predicted")

@@ -10,7 +10,7 @@ larger micro-batch with recompute while that keeps getting faster.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from vramtune.strategy import Strategy
@@ -215,6 +215,12 @@ class Tuner:
         for plain in ascending[start:]:
             layers = [Strategy(precision, plain.micro_batch, plain.accumulation, r)
                       for r in range(self.blocks, -1, -1)]
+            estimate = self.estimate_speed(layers)
+            if best is not None and estimate is not None and estimate <= best["samples_per_sec"] * (1 + TIE):
+                self.notes.append(f"{precision} micro-batch {plain.micro_batch} with recompute not probed: "
+                                  f"predicted {estimate:.1f} samples/s, no faster than the best measured "
+                                  f"{best['samples_per_sec']:.1f}")
+                break
             found = self.boundary("recompute", layers)
             if found is None:
                 break  # even recomputing every block does not fit: a larger micro-batch will not either
@@ -222,6 +228,30 @@ class Tuner:
             if best is not None and result["samples_per_sec"] <= best["samples_per_sec"] * (1 + TIE):
                 break  # recompute at a larger micro-batch is no faster
             best = result
+
+    def recompute_cost(self, precision: str) -> float | None:
+        """Measured fraction of throughput lost per recomputed block, against the same micro-batch without."""
+        costs = []
+        for strategy, result in self.results.items():
+            base = self.results.get(replace(strategy, recompute_layers=0)) or {}
+            if (strategy.precision == precision and strategy.recompute_layers and result.get("samples_per_sec")
+                    and base.get("samples_per_sec")):
+                costs.append((1 - result["samples_per_sec"] / base["samples_per_sec"]) / strategy.recompute_layers)
+        return sum(costs) / len(costs) if costs else None
+
+    def estimate_speed(self, layers: list[Strategy]) -> float | None:
+        """Predicted samples/s of the fewest recomputed blocks predicted to fit at one micro-batch: its measured
+        speed without recompute (over-budget probes still report it) less the measured cost per block."""
+        plain = self.results.get(layers[-1]) or {}
+        cost = self.recompute_cost(layers[0].precision)
+        if not plain.get("samples_per_sec") or cost is None:
+            return None
+        model = self.model(layers[0].precision)
+        fitting = [s.recompute_layers for s in layers
+                   if (model.predict(s.micro_batch, s.recompute_layers) or float("inf")) <= self.problem.limit_bytes]
+        if not fitting:
+            return None
+        return plain["samples_per_sec"] * max(0.0, 1 - cost * min(fitting))
 
     def finish(self) -> Outcome:
         probes = list(self.results.values())

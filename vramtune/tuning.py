@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from vramtune import runner
@@ -21,7 +21,6 @@ class Session:
     device: dict[str, Any]
     budget_bytes: int
     store: ResultStore
-    saved: dict[Strategy, dict[str, Any]] = field(default_factory=dict)
 
 
 def resolve_budget(spec: Spec, device: dict[str, Any]) -> int:
@@ -40,13 +39,13 @@ def open_session(spec: Spec, warn: Callable[[str], None]) -> Session:
     return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device), warn=warn))
 
 
-def problem_for(session: Session) -> Problem:
-    spec = session.spec
+def problem_for(spec: Spec, device: dict[str, Any], budget_bytes: int) -> Problem:
+    """What the search needs to know: the target, the candidates, the budget, what the device supports."""
     return Problem(
         target_batch=spec.train.target_batch,
         micro_batches=spec.search.candidate_micro_batches(spec.train.target_batch),
-        budget_bytes=session.budget_bytes, headroom=spec.headroom,
-        amp_precisions=list(spec.search.precisions), unsupported=dict(session.device.get("amp_unsupported", {})),
+        budget_bytes=budget_bytes, headroom=spec.headroom,
+        amp_precisions=list(spec.search.precisions), unsupported=dict(device.get("amp_unsupported", {})),
         recompute=spec.search.recompute == "auto", max_accumulation=spec.search.max_accumulation,
     )
 
@@ -94,7 +93,7 @@ def tune(session: Session, progress: Progress, fresh: bool = False) -> dict[str,
             session.store.save(result)
         return result
 
-    tuner = Tuner(measure, problem_for(session), progress)
+    tuner = Tuner(measure, problem_for(session.spec, session.device, session.budget_bytes), progress)
     interrupted = False
     try:
         outcome = tuner.run()
