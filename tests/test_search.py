@@ -173,10 +173,19 @@ def test_choice_prefers_simpler_on_near_tie():
 
 
 def test_memory_model_fits_affine_and_recompute_savings():
-    model = MemoryModel([(32, 0, 84), (16, 0, 52), (16, 4, 36)])
-    assert model.predict(8, 0) == pytest.approx(36)
-    assert model.predict(32, 2) == pytest.approx(84 - 32 * 0.25 * 2)
-    assert MemoryModel([]).predict(8, 0) is None
+    model = MemoryModel([(32, 2, 0, 84), (16, 4, 0, 52), (16, 4, 4, 36)])
+    assert model.predict(8, 8, 0) == pytest.approx(36)
+    assert model.predict(32, 2, 2) == pytest.approx(84 - 32 * 0.25 * 2)
+    assert MemoryModel([]).predict(8, 8, 0) is None
+
+
+def test_memory_model_sets_the_unaccumulated_probe_apart():
+    # k=1 frees gradients before the next forward: 10 below the accumulating line, and so is its recompute
+    model = MemoryModel([(64, 1, 0, 138), (32, 2, 0, 84), (16, 4, 0, 52), (64, 1, 4, 74)])
+    assert model.predict(8, 8, 0) == pytest.approx(36)
+    assert model.predict(64, 1, 0) == pytest.approx(138)
+    assert model.e == pytest.approx(0.25)
+    assert model.predict(64, 1, 2) == pytest.approx(138 - 64 * 0.25 * 2)
 
 
 def test_recompute_at_a_larger_micro_batch_is_skipped_when_predicted_slower():

@@ -74,19 +74,31 @@ def choose(results: Iterable[Result]) -> Result | None:
 
 
 class MemoryModel:
-    """peak(m, r) = a + b*m - e*m*r, fitted to the measured probes of one precision."""
+    """peak(m, k, r) = a + b*m + g*[k == 1] - e*m*r, fitted to the measured probes of one precision.
 
-    def __init__(self, points: list[tuple[int, int, int]]):
-        plain = [(m, used) for m, r, used in points if r == 0]
-        self.a, self.b = _affine(plain)
-        savings = [(self.predict(m, 0) - used) / (m * r) for m, r, used in points
+    g: accumulating (k > 1) keeps the gradients alive during the next micro-batch's forward, so the plain
+    (k = 1) probe sits off the line of the accumulating ones; it is fitted separately once two accumulating
+    micro-batch sizes are measured.
+    """
+
+    def __init__(self, points: list[tuple[int, int, int, int]]):
+        plain = [(m, k, used) for m, k, r, used in points if r == 0]
+        accumulating = [(m, used) for m, k, used in plain if k > 1]
+        self.g = 0.0
+        if len({m for m, _ in accumulating}) >= 2:
+            self.a, self.b = _affine(accumulating)
+            single = [used - (self.a + self.b * m) for m, k, used in plain if k == 1]
+            self.g = sum(single) / len(single) if single else 0.0
+        else:
+            self.a, self.b = _affine([(m, used) for m, _, used in plain])
+        savings = [(self.predict(m, k, 0) - used) / (m * r) for m, k, r, used in points
                    if r > 0 and self.b is not None]
         self.e = max(0.0, sum(savings) / len(savings)) if savings else None
 
-    def predict(self, micro_batch: int, recompute_layers: int) -> float | None:
+    def predict(self, micro_batch: int, accumulation: int, recompute_layers: int) -> float | None:
         if self.b is None:
             return None
-        plain = self.a + self.b * micro_batch
+        plain = self.a + self.b * micro_batch + (self.g if accumulation == 1 else 0.0)
         if recompute_layers == 0:
             return plain
         return None if self.e is None else plain - self.e * micro_batch * recompute_layers
@@ -132,14 +144,9 @@ class Tuner:
         return result
 
     def model(self, precision: str) -> MemoryModel:
-        """The memory model of one precision. Accumulating keeps gradients alive during the next forward,
-        so once two accumulating micro-batch sizes are measured, the plain (k=1) probe is left out."""
-        measured = [(s, used_bytes(r)) for s, r in self.results.items()
-                    if s.precision == precision and r["status"] in ("fits", "over_budget") and used_bytes(r)]
-        accumulating = [(s, used) for s, used in measured if s.accumulation > 1]
-        if len({s.micro_batch for s, _ in accumulating if s.recompute_layers == 0}) >= 2:
-            measured = accumulating
-        return MemoryModel([(s.micro_batch, s.recompute_layers, used) for s, used in measured])
+        return MemoryModel([(s.micro_batch, s.accumulation, s.recompute_layers, used_bytes(r))
+                            for s, r in self.results.items()
+                            if s.precision == precision and r["status"] in ("fits", "over_budget") and used_bytes(r)])
 
     def boundary(self, rung: str, candidates: list[Strategy]) -> Strategy | None:
         """The last candidate that fits, for candidates ordered by increasing memory (predict, verify, correct)."""
@@ -153,7 +160,7 @@ class Tuner:
                     high = min(high, index)
         while high - low > 1 and low < high:
             model = self.model(candidates[0].precision)
-            predicted = [model.predict(s.micro_batch, s.recompute_layers) for s in candidates]
+            predicted = [model.predict(s.micro_batch, s.accumulation, s.recompute_layers) for s in candidates]
             inside = range(low + 1, high)
             hopeful = [i for i in inside if predicted[i] is not None and predicted[i] <= limit]
             if hopeful:
@@ -248,7 +255,8 @@ class Tuner:
             return None
         model = self.model(layers[0].precision)
         fitting = [s.recompute_layers for s in layers
-                   if (model.predict(s.micro_batch, s.recompute_layers) or float("inf")) <= self.problem.limit_bytes]
+                   if (model.predict(s.micro_batch, s.accumulation, s.recompute_layers) or float("inf"))
+                   <= self.problem.limit_bytes]
         if not fitting:
             return None
         return plain["samples_per_sec"] * max(0.0, 1 - cost * min(fitting))
