@@ -143,3 +143,12 @@ def test_runtime_load_needs_a_tuned_section(tmp_path):
     with pytest.raises(SpecError) as error:
         runtime.load(CONFIGS / "mlp-python-cpu.yaml")
     assert str(error.value) == f"{CONFIGS / 'mlp-python-cpu.yaml'}: tuned: is missing: write it with `vramtune apply SPEC.yaml`"
+
+
+def test_apply_when_nothing_fits_exits_1_and_writes_nothing(cli):
+    from conftest import SPECS
+    spec = SPECS / "rung-nothing.yaml"
+    out = spec.with_name("rung-nothing.tuned.yaml")
+    code, _, err = cli("apply", spec)
+    assert code == 1 and not out.exists()
+    assert err.splitlines()[-1] == f"error: nothing fits rung-nothing within the budget; see `vramtune probe {spec}`"

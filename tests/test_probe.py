@@ -90,3 +90,13 @@ def test_cpu_budget_auto_is_refused(cli, write_spec):
     assert (code, out) == (2, "")
     assert err == (f"error: {path}: budget: is required on cpu (a size like 512MiB): the CPU budget is virtual; "
                    "'auto' means a GPU's memory\n")
+
+
+def test_search_flags_no_recompute_and_max_accumulation(cli):
+    code, report, err = probe(cli, SPECS / "rung-accumulation.yaml", "--no-recompute", "--max-accumulation", "2",
+                              "--precision", "fp32")
+    assert code == 1 and report["chosen"] is None
+    assert {p["micro_batch"] for p in report["probes"]} <= {2048, 1024}
+    assert not any(p["recompute_layers"] for p in report["probes"])
+    assert report["notes"] == []  # fp32 only: no AMP to skip
+    assert "would fit with: a smaller micro-batch: lower train.target_batch or raise search.max_accumulation (now 2" in err
