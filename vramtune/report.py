@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from vramtune.search import used_bytes
@@ -27,7 +28,10 @@ def emit_json(payload: Any) -> None:
 
 
 def error(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", markup=True) if console.is_terminal else \
+    """One problem on stderr: in colour on a terminal, plain text elsewhere (logs, CI, tests)."""
+    if console.is_terminal:
+        console.print(f"[bold red]error:[/] {escape(message)}")
+    else:
         print(f"error: {message}", file=sys.stderr)
 
 
@@ -54,9 +58,11 @@ class ProbeProgress:
         elapsed = time.monotonic() - self.start
         if result is None:
             self.count += 1
-            if console.is_terminal:
-                self.status = console.status(f"[{self.count}] {rung}: probing {strategy.label()} "
-                                             f"({elapsed:.0f}s elapsed)")
+            if console.is_terminal:  # a live line: spinner, what is being probed, its running time
+                self.status = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                       console=console, transient=True)
+                self.status.add_task(escape(f"[{self.count}] {rung}: probing {strategy.label()} "
+                                            f"(tuning for {elapsed:.0f}s)"))
                 self.status.start()
             return
         if self.status is not None:
