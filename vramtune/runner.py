@@ -53,8 +53,6 @@ def gpu_memory_limit_env(device: dict[str, Any], budget_bytes: int) -> dict[str,
 class ChildProcess:
     """One worker run in a new session (process group), ended with its whole group on timeout or interrupt."""
 
-    current: ChildProcess | None = None  # the running child, for signal handlers
-
     def __init__(self, argv: list[str], env: dict[str, str], stderr_path: str):
         self.argv, self.env, self.stderr_path = argv, env, stderr_path
         self.process: subprocess.Popen | None = None
@@ -64,18 +62,15 @@ class ChildProcess:
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
                                             stdout=stderr, stderr=stderr, start_new_session=True)
-            ChildProcess.current = self
             timed_out = False
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 self.kill()
-            except BaseException:
+            except BaseException:  # Ctrl-C / SIGTERM in the parent: end the probe, then pass it on
                 self.kill()
                 raise
-            finally:
-                ChildProcess.current = None
         return ChildOutcome(self.process.returncode, timed_out, _tail(self.stderr_path), time.monotonic() - start)
 
     def kill(self) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PRECISION_ORDER = ("fp32", "fp16", "bf16")
-
 
 @dataclass(frozen=True)
 class Strategy:
