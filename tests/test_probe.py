@@ -100,3 +100,10 @@ def test_search_flags_no_recompute_and_max_accumulation(cli):
     assert not any(p["recompute_layers"] for p in report["probes"])
     assert report["notes"] == []  # fp32 only: no AMP to skip
     assert "would fit with: a smaller micro-batch: lower train.target_batch or raise search.max_accumulation (now 2" in err
+
+
+def test_gpu_spec_on_a_cpu_only_machine_is_a_clear_error(cli):
+    code, out, err = cli("probe", CONFIGS / "bert-base-zh.yaml")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: device 'gpu': this Paddle build sees no GPU (paddle ")
+    assert err.endswith("install a GPU build (see README) or run on CPU with --device cpu --budget SIZE\n")

@@ -16,6 +16,10 @@ CPU_AMP_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast has no effe
                   "fp16/bf16 matmul kernels; tune AMP on the GPU")
 
 
+class DeviceUnavailable(RuntimeError):
+    """The requested device is not there (e.g. a GPU with a CPU-only Paddle build)."""
+
+
 @dataclass
 class DeviceInfo:
     kind: str  # cpu | gpu
@@ -56,8 +60,9 @@ def describe(device: str) -> DeviceInfo:
         return DeviceInfo("cpu", 0, _cpu_name(), total, version,
                           {p: CPU_AMP_REASON for p in ("fp16", "bf16")})
     if not _gpu_available():
-        raise RuntimeError(f"device {device!r} requested but this Paddle build sees no GPU "
-                           f"(paddle {version}, compiled with CUDA: {paddle.is_compiled_with_cuda()})")
+        raise DeviceUnavailable(f"this Paddle build sees no GPU (paddle {version}, compiled with CUDA: "
+                                f"{paddle.is_compiled_with_cuda()}); install a GPU build (see README) or "
+                                "run on CPU with --device cpu --budget SIZE")
     index = int(device.split(":")[1]) if ":" in device else 0
     properties = paddle.device.cuda.get_device_properties(index)
     place = f"gpu:{index}"

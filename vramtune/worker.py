@@ -112,9 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.command == "info":
+        from vramtune.device import DeviceUnavailable
+
         try:
             payload = run_info(args.device)
-        except Exception as error:
+        except DeviceUnavailable as error:
+            payload = {"error": str(error)}
+        except Exception as error:  # e.g. a broken Paddle install: say what it raised
             payload = {"error": short_error(error)}
     else:
         with open(args.job, encoding="utf-8") as handle:
