@@ -158,7 +158,7 @@ class Tuner:
                     low = max(low, index)
                 else:
                     high = min(high, index)
-        while high - low > 1 and low < high:
+        while high - low > 1:
             model = self.model(candidates[0].precision)
             predicted = [model.predict(s.micro_batch, s.accumulation, s.recompute_layers) for s in candidates]
             inside = range(low + 1, high)
