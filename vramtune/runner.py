@@ -16,7 +16,7 @@ from typing import Any
 
 from vramtune.spec import Spec
 from vramtune.strategy import Strategy
-from vramtune.worker import OOM_MARKERS
+from vramtune.worker import OOM_MARKERS, error_line
 
 STATUSES = ("fits", "over_budget", "oom", "crashed", "timeout", "unstable", "unsupported")
 INFO_TIMEOUT = 120.0
@@ -90,12 +90,6 @@ def _tail(path: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _last_error_line(stderr: str) -> str:
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    keyed = [line for line in lines if "Error" in line or any(m in line for m in OOM_MARKERS)]
-    return ((keyed or lines or ["no output"])[-1])[:400]
-
-
 def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
     """What happened to a child, as a status and a short reason."""
     if outcome.timed_out:
@@ -106,10 +100,10 @@ def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: flo
         name = signal.Signals(-outcome.returncode).name
         hint = " (likely the system OOM killer)" if name == "SIGKILL" else ""
         return {"status": "crashed", "error": f"killed by {name}{hint}"}
+    last_line = error_line(outcome.stderr_tail, last=True, default="no output")
     if any(marker in outcome.stderr_tail for marker in OOM_MARKERS):
-        return {"status": "oom", "error": _last_error_line(outcome.stderr_tail)}
-    return {"status": "crashed",
-            "error": f"exit code {outcome.returncode} without a result: {_last_error_line(outcome.stderr_tail)}"}
+        return {"status": "oom", "error": last_line}
+    return {"status": "crashed", "error": f"exit code {outcome.returncode} without a result: {last_line}"}
 
 
 def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,

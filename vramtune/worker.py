@@ -28,12 +28,16 @@ def is_oom(error: BaseException) -> bool:
     return isinstance(error, MemoryError) or any(marker in str(error) for marker in OOM_MARKERS)
 
 
+def error_line(text: str, last: bool = False, default: str = "") -> str:
+    """The informative line of a (often very long) Paddle error text: one naming an error or an OOM."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    keyed = [line for line in lines if "Error" in line or any(m in line for m in OOM_MARKERS)]
+    chosen = keyed or lines or [default]
+    return (chosen[-1] if last else chosen[0])[:400]
+
+
 def short_error(error: BaseException) -> str:
-    """The informative line of a (often very long) Paddle error message."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    keyed = [line for line in lines if any(m in line for m in OOM_MARKERS) or "Error" in line]
-    line = (keyed or lines or [""])[0]
-    return f"{type(error).__name__}: {line}"[:400]
+    return f"{type(error).__name__}: {error_line(str(error))}"[:400]
 
 
 def run_info(device: str) -> dict[str, Any]:
