@@ -6,7 +6,7 @@ from typing import Any
 
 from vramtune import runner
 from vramtune.search import used_bytes
-from vramtune.spec import Problem, Spec, SpecError, apply_overrides, spec_from_dict
+from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
 from vramtune.strategy import Strategy
 from vramtune.tuning import resolve_budget
 from vramtune.units import format_bytes
@@ -26,9 +26,7 @@ def _smoke(spec: Spec, strategy: Strategy, why: str) -> dict[str, Any]:
 
 
 def check(spec: Spec, tolerance: float, device: str | None = None) -> dict[str, Any]:
-    tuned = spec.tuned
-    if not tuned:
-        raise SpecError([Problem(spec.path, "tuned", "is missing: write it with `vramtune apply SPEC.yaml`")])
+    tuned = require_tuned(spec)
     try:
         strategy = Strategy.from_json(tuned)
     except (KeyError, TypeError, ValueError) as error:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import paddle
 
-from vramtune.spec import Problem, SpecError, load_spec
+from vramtune.spec import load_spec, require_tuned
 from vramtune.strategy import Strategy
 from vramtune.training import StepRunner, apply_recompute
 
@@ -56,6 +56,5 @@ class Plan:
 def load(path: str | Path) -> Plan:
     """The plan of a file written by `vramtune apply`."""
     spec = load_spec(path)
-    if not spec.tuned:
-        raise SpecError([Problem(str(path), "tuned", "is missing: write it with `vramtune apply SPEC.yaml`")])
-    return Plan(Strategy.from_json(spec.tuned), spec.model.recompute_blocks, dict(spec.tuned))
+    tuned = require_tuned(spec)
+    return Plan(Strategy.from_json(tuned), spec.model.recompute_blocks, dict(tuned))

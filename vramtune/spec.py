@@ -433,3 +433,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
     if overrides and isinstance(raw, dict):
         raw = apply_overrides(raw, overrides)
     return spec_from_dict(raw, str(path))
+
+
+def require_tuned(spec: Spec) -> dict[str, Any]:
+    """The `tuned:` section written by `vramtune apply`, or a SpecError saying how to get one."""
+    if not spec.tuned:
+        raise SpecError([Problem(spec.path, "tuned", "is missing: write it with `vramtune apply SPEC.yaml`")])
+    return spec.tuned
