@@ -64,6 +64,16 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _tune(session: tuning.Session, fresh: bool) -> dict[str, Any]:
+    """Tune under the spec's lock with live progress (Ctrl-C or SIGTERM: partial report), then show it."""
+    _sigterm_as_interrupt()
+    progress = report.ProbeProgress(session.budget_bytes, session.spec.headroom)
+    with session.store.locked(on_wait=report.console.print):
+        result = tuning.tune(session, progress, fresh=fresh)
+    report.render_tuning(result)
+    return result
+
+
 @app.command()
 @exits_cleanly
 def probe(
@@ -84,14 +94,10 @@ def probe(
         _parse_budget(budget), device, target_batch, **{"search.precisions": precisions,
                                                          "search.max_accumulation": max_accumulation,
                                                          "search.recompute": "off" if no_recompute else None}))
-    _sigterm_as_interrupt()
     session = tuning.open_session(spec, warn=report.error)
-    progress = report.ProbeProgress(session.budget_bytes, spec.headroom)
     report.console.print(f"tuning {spec.name} on {session.device['name']} for target batch "
                          f"{spec.train.target_batch} within {report.format_bytes(session.budget_bytes)}")
-    with session.store.locked(on_wait=report.console.print):
-        result = tuning.tune(session, progress, fresh=fresh)
-    report.render_tuning(result)
+    result = _tune(session, fresh)
     if json_output:
         report.emit_json(result)
     if result["interrupted"]:
@@ -161,10 +167,7 @@ def apply(
     result = session.store.load_summary()
     if result is None:
         report.console.print(f"no saved results for {spec.name} on {session.device['name']}: probing first")
-        _sigterm_as_interrupt()
-        with session.store.locked(on_wait=report.console.print):
-            result = tuning.tune(session, report.ProbeProgress(session.budget_bytes, spec.headroom))
-        report.render_tuning(result)
+        result = _tune(session, fresh=False)
         if result["interrupted"]:
             raise typer.Exit(EXIT_INTERRUPTED)
     if not result["chosen"]:
