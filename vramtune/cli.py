@@ -47,14 +47,11 @@ def exits_cleanly(command: Callable) -> Callable:
 
 
 def _overrides(budget: str | None, device: str | None, target_batch: int | None, **more: Any) -> dict[str, Any]:
-    values = {"budget": budget, "device": device, "train.target_batch": target_batch}
+    """Command-line overrides as dotted spec keys; a budget of digits only is bytes, as in the spec."""
+    values = {"budget": int(budget) if budget is not None and budget.isdigit() else budget, "device": device,
+              "train.target_batch": target_batch}
     values.update(more)
     return values
-
-
-def _parse_budget(text: str | None) -> Any:
-    """Whole numbers on the command line are bytes, like in the spec."""
-    return int(text) if text is not None and text.isdigit() else text
 
 
 def _sigterm_as_interrupt() -> None:
@@ -91,7 +88,7 @@ def probe(
     """Tune: run the probe ladder and print the cheapest configuration that fits."""
     precisions = None if precision is None else [p for p in precision if p != "fp32"]
     spec = load_spec(spec_path, _overrides(
-        _parse_budget(budget), device, target_batch, **{"search.precisions": precisions,
+        budget, device, target_batch, **{"search.precisions": precisions,
                                                          "search.max_accumulation": max_accumulation,
                                                          "search.recompute": "off" if no_recompute else None}))
     session = tuning.open_session(spec, warn=report.error)
@@ -119,7 +116,7 @@ def measure(
     device: Optional[str] = DeviceOpt,
 ) -> None:
     """Run one isolated probe of one strategy and print its measurements."""
-    spec = load_spec(spec_path, _overrides(_parse_budget(budget), device, None))
+    spec = load_spec(spec_path, _overrides(budget, device, None))
     problems = []
     if micro_batch <= 0:
         problems.append(Problem(str(spec_path), "--micro-batch", f"must be positive, got {micro_batch}"))
