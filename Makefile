@@ -1,10 +1,13 @@
-# Everything installs into .venv; `make demo` and `make test` work on a fresh machine.
+# Everything installs into .venv (newest Paddle 3.x) and .venv26 (Paddle 2.6.2, what PyPI's only GPU wheel is);
+# `make demo` and `make test` work on a fresh machine.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+VENV26 := .venv26
+STAMP26 := $(VENV26)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-fast test-paddle26 lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,13 +16,28 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+$(STAMP26): pyproject.toml
+	test -x $(VENV26)/bin/python || $(PYTHON) -m venv $(VENV26)
+	$(VENV26)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV26)/bin/python -m pip install --quiet 'paddlepaddle==2.6.2' -e '.[dev]'
+	rm -f $(VENV26)/.installed-*
+	touch $@
+
 install: $(STAMP)
 
 demo: install
 	$(BIN)/vramtune probe configs/bert-mini-cpu.yaml
 
-test: install
+# The whole suite on Paddle 3.x, then the Paddle tests again on Paddle 2.6.2 (those needing PaddleNLP skip there).
+test: install $(STAMP26)
 	$(BIN)/python -m pytest -q
+	$(VENV26)/bin/python -m pytest -q -m paddle
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m 'not paddle'
+
+test-paddle26: $(STAMP26)
+	$(VENV26)/bin/python -m pytest -q -m paddle
 
 lint: install
 	$(BIN)/ruff check vramtune tests bench examples
@@ -29,4 +47,4 @@ bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .vramtune .pytest_cache
+	rm -rf $(VENV) $(VENV26) .vramtune .pytest_cache

@@ -1,7 +1,8 @@
 """Soak: 50 consecutive probes mixing fitting, OOM, crashing and hanging children.
 
-Checks that every result is classified as expected, that no worker or grandchild process is left behind,
-and that the parent's memory stays flat (RSS growth under 50 MB).
+Checks that every result is classified as expected, that every hanging probe really started its grandchild,
+that nothing is left behind (no process carrying this run's environment marker, no zombie child, no open file
+descriptor, no temporary folder), and that the parent's memory stays flat (RSS growth under 50 MB).
 
     python bench/soak.py [--probes 50]
 """
@@ -12,14 +13,18 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests" / "faults"),
                                                          os.environ.get("PYTHONPATH")]))
+MARKER = f"soak-{uuid.uuid4().hex}"
+os.environ["VRAMTUNE_SOAK_MARKER"] = MARKER  # inherited by every worker and grandchild
 
-from vramtune import runner  # noqa: E402
+from vramtune.runner import ChildBackend  # noqa: E402
+from vramtune.session import measure, open_session  # noqa: E402
 from vramtune.spec import spec_from_dict  # noqa: E402
 from vramtune.strategy import Strategy  # noqa: E402
 
@@ -33,36 +38,44 @@ def rss_bytes() -> int:
     return 0
 
 
-def stray_processes(grandchildren: list[int]) -> list[int]:
-    """Our own workers still alive, and grandchildren (from hanging probes) not yet reaped or gone."""
-    alive = []
+def leftovers() -> list[str]:
+    """Processes other than this one carrying the marker, and zombie children of this one."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             status = (entry / "status").read_text()
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if "State:\tZ" in status:
-            continue
         parent = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
-        if (parent == os.getpid() and "vramtune.worker" in cmdline) or int(entry.name) in grandchildren:
-            alive.append(int(entry.name))
-    return alive
+        if "State:\tZ" in status and parent == os.getpid():
+            found.append(f"zombie {entry.name}")
+        elif MARKER.encode() in environ:
+            found.append(f"alive {entry.name}")
+    return found
+
+
+def temp_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("vramtune-*") if p.is_dir()}
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--probes", type=int, default=50)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="vramtune-soak-"))
-    device = runner.describe_device("cpu")
+    folder = Path(tempfile.mkdtemp(prefix="soak-"))
+    backend = ChildBackend()
+    device = backend.describe("cpu")
     modes = ["none", "oom", "none", "sigkill", "none", "hang", "none", "segfault", "none", "oom"]
-    grandchildren: list[int] = []
     counts: dict[str, int] = {}
-    wrong = []
-    rss_start = None
+    wrong, no_grandchild = [], []
+    folders_before, fds_before, rss_start = temp_folders(), None, None
     start = time.monotonic()
     for index in range(args.probes):
         mode = modes[index % len(modes)]
@@ -76,25 +89,30 @@ def main() -> None:
             "train": {"target_batch": 16}, "device": "cpu", "budget": "64MiB",
             "probe": {"steps": 1, "warmup": 1, "timeout": 4},
         }, str(folder / "soak.yaml"))
-        result = runner.measure(spec, Strategy("fp32", 16, 1, 0), device, spec.budget)
-        if pid_file.exists():
-            grandchildren.append(int(pid_file.read_text()))
-        counts[result["status"]] = counts.get(result["status"], 0) + 1
-        if result["status"] != EXPECTED[mode]:
-            wrong.append((index, mode, result["status"], result["error"]))
-        if index == 0:
-            rss_start = rss_bytes()  # after the first probe: imports and first allocations done
-        print(f"[{index + 1:>2}/{args.probes}] {mode:<9} -> {result['status']:<8} {time.monotonic() - start:6.1f}s",
+        session = open_session(spec, backend, print, device=device)
+        result = measure(session, Strategy(precision="fp32", micro_batch=16, accumulation=1), print)
+        if mode == "hang" and not pid_file.exists():
+            no_grandchild.append(index)
+        counts[result.status] = counts.get(result.status, 0) + 1
+        if result.status != EXPECTED[mode]:
+            wrong.append((index, mode, result.status, result.error))
+        if index == 0:  # after the first probe: imports and first allocations done
+            rss_start, fds_before = rss_bytes(), open_fds()
+        print(f"[{index + 1:>2}/{args.probes}] {mode:<9} -> {result.status:<8} {time.monotonic() - start:6.1f}s",
               file=sys.stderr, flush=True)
-    time.sleep(0.5)
-    strays = stray_processes(grandchildren)
-    growth = rss_bytes() - (rss_start or 0)
+    deadline = time.monotonic() + 10  # killed groups are reaped by init: poll until they are gone
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left, growth = leftovers(), rss_bytes() - (rss_start or 0)
+    new_folders = temp_folders() - folders_before
+    fds = open_fds() - (fds_before or 0)
     print(f"probes: {args.probes} in {time.monotonic() - start:.0f}s; statuses: {counts}")
     print(f"misclassified: {len(wrong)} {wrong if wrong else ''}")
-    print(f"leaked processes: {len(strays)} (workers of this process, and {len(grandchildren)} grandchildren "
-          f"of hanging probes checked)")
+    print(f"hanging probes without their grandchild: {len(no_grandchild)} {no_grandchild or ''}")
+    print(f"left behind: {len(left)} processes {left or ''}, {len(new_folders)} temporary folders, "
+          f"{fds} file descriptors")
     print(f"parent RSS growth: {growth / 2**20:.1f} MiB (limit 50 MB)")
-    ok = not wrong and not strays and growth < 50e6
+    ok = not (wrong or no_grandchild or left or new_folders or fds > 0) and growth < 50e6
     print("soak:", "PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 

@@ -17,17 +17,7 @@ import paddle
 import paddle.nn.functional as F
 
 from vramtune import runtime
-
-
-def peak_memory(reset: bool = False) -> int:
-    """Peak allocated bytes from Paddle's allocator (GPU counters on a GPU, host counters on CPU)."""
-    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
-        if reset:
-            paddle.device.cuda.reset_max_memory_allocated()
-        return paddle.device.cuda.max_memory_allocated()
-    if reset:
-        paddle.base.core.host_memory_stat_reset_peak_value("Allocated", 0)
-    return paddle.base.core.host_memory_stat_peak_value("Allocated", 0)
+from vramtune.child.counters import MemoryCounters
 
 
 def main() -> None:
@@ -43,6 +33,8 @@ def main() -> None:
     model = build(in_features=256, width=128, depth=6, classes=10)
     optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
     model, optimizer = plan.prepare(model, optimizer)
+    on_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    counters = MemoryCounters("gpu" if on_gpu else "cpu", 0)
 
     def loss_fn(batch):
         features, labels = batch
@@ -55,8 +47,8 @@ def main() -> None:
         if stepped:
             steps += 1
             if steps == 1:
-                peak_memory(reset=True)  # the optimizer state exists now, as in the probes
-    peak = peak_memory()
+                counters.start()  # the optimizer state exists now, as in the probes
+    peak, _ = counters.peak()
     print(json.dumps({"steps": steps, "loss": float(loss), "peak_bytes": peak,
                       "tuned_peak_bytes": plan.tuned["peak_bytes"]}))
 

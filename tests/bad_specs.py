@@ -44,9 +44,11 @@ CASES: list[tuple[str, object, str]] = [
     ("input-dtype-bad", {"data.inputs": [{"shape": [4], "dtype": "float33"}]}, "error: F: data.inputs[0].dtype: must be one of float32, float16, bfloat16, int64, int32; got 'float33' (did you mean 'float32'?)"),
     ("labels-high-missing", {"data.labels": {"shape": [], "dtype": "int64"}}, "error: F: data.labels.high: is required for int64 tensors (values are drawn from [0, high))"),
     ("labels-with-model-loss", {"model.loss": "model"}, "error: F: data.labels: is not used with loss: model (the model returns its own loss)"),
-    ("vision-arch", {"model": {"source": "vision", "arch": "resnet19"}, "data": {"image_size": 32}}, "error: F: model.arch: must be one of " + ", ".join(__import__("vramtune.spec", fromlist=["VISION_ARCHS"]).VISION_ARCHS) + "; got 'resnet19' (did you mean 'resnet18'?)"),
-    ("nlp-task", {"model": {"source": "paddlenlp", "arch": "bert", "config": "bert-base-chinese", "task": "causal-lm"}, "data": {"seq_len": 16}}, "error: F: model.task: 'causal-lm' is not available for arch 'bert' (use sequence-classification)"),
-    ("nlp-seq-len-missing", {"model": {"source": "paddlenlp", "arch": "gpt", "config": "gpt2-small-en"}, "data": {}}, "error: F: data.seq_len: is required"),
+    ("vision-arch", {"model": {"source": "vision", "arch": "resnet19"}, "data": {"image_size": 32}}, "error: F: model.arch: must be one of " + ", ".join(__import__("vramtune.sources.vision", fromlist=["ARCHS"]).ARCHS) + "; got 'resnet19' (did you mean 'resnet18'?)"),
+    ("nlp-task-unknown", {"model": {"source": "paddlenlp", "config": "bert-base-chinese", "task": "summarisation"}, "data": {"seq_len": 16}}, "error: F: model.task: must be one of causal-lm, sequence-classification, token-classification, question-answering; got 'summarisation'"),
+    ("nlp-folder-missing", {"model": {"source": "paddlenlp", "config": "./no-such-model/"}, "data": {"seq_len": 16}}, "error: F: model.config: './no-such-model/': no such folder or file"),
+    ("nlp-folder-without-config", {"model": {"source": "paddlenlp", "config": "."}, "data": {"seq_len": 16}}, "error: F: model.config: '.': the folder has no config.json (its model configuration; weights are never loaded)"),
+    ("nlp-seq-len-missing", {"model": {"source": "paddlenlp", "config": "gpt2-small-en"}, "data": {}}, "error: F: data.seq_len: is required"),
 ]
 
 # Several problems in one file are all reported, in file order.

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from vramtune.cli import app
+from vramtune.cli import app, make_app
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -18,22 +18,40 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
-    """Each test gets its own .vramtune/ and finds the example and fault factories on PYTHONPATH."""
+    """Each test gets its own .vramtune/ and device locks, and finds the example and fault factories on
+    PYTHONPATH."""
     monkeypatch.setenv("VRAMTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VRAMTUNE_LOCKS", str(tmp_path / "locks"))
     paths = [str(CONFIGS), str(FAULTS), os.environ.get("PYTHONPATH")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def cli():
-    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+def invoker(application):
+    """Run a CLI app in-process: a function of the arguments returning (exit code, stdout, stderr)."""
     runner = CliRunner()
 
     def invoke(*args: str):
-        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+        result = runner.invoke(application, [str(a) for a in args], catch_exceptions=False)
         return result.exit_code, result.stdout, result.stderr
     return invoke
+
+
+@pytest.fixture
+def cli():
+    """The real CLI (probes in Paddle children), in-process."""
+    return invoker(app)
+
+
+@pytest.fixture
+def fake_cli():
+    """fake_cli(device[, missing]) -> (invoke, backend): the CLI over a fake device, no Paddle."""
+    from fakes import FakeBackend
+
+    def make(device, missing=None):
+        backend = FakeBackend(device, missing)
+        return invoker(make_app(backend)), backend
+    return make
 
 
 @pytest.fixture

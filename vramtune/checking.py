@@ -1,58 +1,84 @@
 """`vramtune check`: the CI gate. Re-measure a tuned file's configuration; fail when it no longer fits or its
-peak grew. Without the tuned device (a CPU runner checking a GPU-tuned file) run a smoke probe instead."""
+peak grew. Without the tuned device (a CPU runner checking a GPU-tuned file) run a smoke probe instead, or
+fail under --strict."""
 from __future__ import annotations
 
 from typing import Any
 
-from vramtune import runner
-from vramtune.search import used_bytes
+from vramtune.records import Budget, ProbeResult
+from vramtune.runner import Backend, DeviceError
+from vramtune.session import Say, measure, open_session
 from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
 from vramtune.strategy import Strategy
-from vramtune.tuning import resolve_budget
 from vramtune.units import format_bytes
 
+SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
 
-def _smoke(spec: Spec, strategy: Strategy, why: str) -> dict[str, Any]:
+
+def _verdict(status: str, measured: ProbeResult | None, reasons: list[str], notes: list[str],
+             **more: Any) -> dict[str, Any]:
+    return {"status": status, "reasons": reasons, "notes": notes,
+            "measured": measured.to_json() if measured else None, **more}
+
+
+def _smoke(spec: Spec, strategy: Strategy, backend: Backend, why: str, on_wait: Say) -> dict[str, Any]:
     """One short CPU step of the file's strategy (micro-batch 1, fp32): proves the spec still builds and trains."""
-    raw = apply_overrides(spec.raw, {"device": "cpu", "probe.steps": 1, "probe.warmup": 1})
-    cpu_spec = spec_from_dict(raw, spec.path)
-    device = runner.describe_device("cpu")
-    smoke = Strategy("fp32", 1, min(strategy.accumulation, 2), strategy.recompute_layers)
-    result = runner.measure(cpu_spec, smoke, device, int(device["total_bytes"]))
-    trained = result["status"] in ("fits", "over_budget")
-    reasons = [] if trained else [f"the spec no longer trains: {result['status']}: {result['error']}"]
+    cpu_spec = spec_from_dict(apply_overrides(spec.raw, {"device": "cpu", "probe.steps": 1, "probe.warmup": 1}),
+                              spec.path)
+    device = backend.describe("cpu")
+    session = open_session(cpu_spec, backend, on_wait, device=device, budget_bytes=device.total_bytes)
+    smoke = strategy.with_(precision="fp32", micro_batch=1,
+                           accumulation=min(strategy.accumulation, SMOKE_MAX_ACCUMULATION))
+    result = measure(session, smoke, on_wait)
+    trained = result.measured
+    reasons = [] if trained else [f"the spec no longer trains: {result.status}: {result.error}"]
     notes = [why, f"smoke probe on CPU: {smoke.label()} (AMP and memory are not checked on CPU)"]
-    return {"status": "smoke" if trained else "fail", "reasons": reasons, "notes": notes, "measured": result}
+    return _verdict("smoke" if trained else "fail", result, reasons, notes)
 
 
-def check(spec: Spec, tolerance: float, device: str | None = None) -> dict[str, Any]:
+def tuned_strategy(spec: Spec) -> Strategy:
     tuned = require_tuned(spec)
     try:
-        strategy = Strategy.from_json(tuned)
+        return Strategy.from_json(tuned)
     except (KeyError, TypeError, ValueError) as error:
         raise SpecError([Problem(spec.path, "tuned", f"is incomplete or damaged ({error}); rerun vramtune apply")]) \
             from None
-    tuned_kind = tuned.get("device_kind", "cpu")
+
+
+def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: str | None = None,
+          strict: bool = False) -> dict[str, Any]:
+    strategy, tuned = tuned_strategy(spec), spec.tuned
+    tuned_kind, tuned_name = tuned.get("device_kind", "cpu"), tuned.get("device", "a GPU")
     try:
-        info = runner.describe_device(device or spec.device)
-    except runner.DeviceError as error:
+        info = backend.describe(device or spec.device)
+    except DeviceError as error:
         if tuned_kind != "gpu":
             raise
-        return _smoke(spec, strategy, f"tuned on {tuned.get('device', 'a GPU')}, which this machine lacks ({error})")
-    if info["kind"] != tuned_kind:
-        return _smoke(spec, strategy, f"tuned on {tuned_kind} ({tuned.get('device')}), running on {info['kind']}")
-    budget = resolve_budget(spec, info)
-    result = runner.measure(spec, strategy, info, budget)
-    limit = budget * (1 - spec.headroom)
-    used, before = used_bytes(result), tuned.get("reserved_bytes") or tuned.get("peak_bytes")
+        missing = f"tuned on {tuned_name}, which this machine lacks ({error})"
+    else:
+        missing = None if info.kind == tuned_kind else f"tuned on {tuned_kind} ({tuned_name}), running on {info.kind}"
+    if missing:
+        if strict:
+            return _verdict("fail", None, [f"{missing}; --strict needs the tuned device"], [])
+        return _smoke(spec, strategy, backend, missing, on_wait)
+    # `budget: auto` would follow the runner's card; the budget the file was tuned for is what must hold
+    budget_bytes = spec.budget if spec.budget is not None else tuned.get("budget_bytes")
+    session = open_session(spec, backend, on_wait, device=info, budget_bytes=budget_bytes)
+    result = measure(session, strategy, on_wait)
+    return judge(result, session.budget, tuned, tolerance)
+
+
+def judge(result: ProbeResult, budget: Budget, tuned: dict[str, Any], tolerance: float) -> dict[str, Any]:
+    """pass, or fail with every reason: no longer fits, no longer trains, or the peak grew past the tolerance."""
+    used, before = result.used_bytes, tuned.get("reserved_bytes") or tuned.get("peak_bytes")
     reasons = []
-    if result["status"] == "over_budget":
-        reasons.append(f"peak {used} bytes ({format_bytes(used)}) no longer fits the limit {int(limit)} bytes "
-                       f"({format_bytes(limit)} = budget {budget} less {spec.headroom:.0%} headroom)")
-    elif result["status"] != "fits":
-        reasons.append(f"the tuned configuration no longer trains: {result['status']}: {result['error']}")
+    if result.status == "over_budget":
+        reasons.append(f"peak {used} bytes ({format_bytes(used)}) no longer fits the limit {int(budget.limit)} bytes "
+                       f"({format_bytes(budget.limit)} = budget {budget.bytes} less {budget.headroom:.0%} headroom)")
+    elif result.status != "fits":
+        reasons.append(f"the tuned configuration no longer trains: {result.status}: {result.error}")
     if used and before and used > before * (1 + tolerance):
         reasons.append(f"peak grew from {before} bytes ({format_bytes(before)}) at tuning to {used} bytes "
                        f"({format_bytes(used)}), +{used / before - 1:.1%} > tolerance {tolerance:.0%}")
-    return {"status": "fail" if reasons else "pass", "reasons": reasons, "notes": [], "measured": result,
-            "tuned_peak_bytes": before, "limit_bytes": int(limit)}
+    return _verdict("fail" if reasons else "pass", result, reasons, [], tuned_peak_bytes=before,
+                    limit_bytes=int(budget.limit))

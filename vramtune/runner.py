@@ -1,8 +1,12 @@
-"""Parent side of a probe: build the child's command line, run it in its own process group with a timeout,
-and turn whatever happened into a classified result. The parent never imports Paddle or the model."""
+"""Parent side of a probe: run the child worker in its own process group with a timeout, and turn whatever
+happened into a classified result. The parent never imports Paddle or the model.
+
+`ChildBackend` is the real backend; the tuning session accepts any object with the same two methods
+(tests plug in fake devices)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -12,18 +16,24 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from vramtune.spec import Spec
+from vramtune.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
 from vramtune.strategy import Strategy
-from vramtune.worker import OOM_MARKERS, error_line
+from vramtune.text import error_line, looks_like_oom
 
-STATUSES = ("fits", "over_budget", "oom", "crashed", "timeout", "unstable", "unsupported")
 INFO_TIMEOUT = 120.0
+PR_SET_PDEATHSIG = 1
 
 
 class DeviceError(Exception):
     """The requested device cannot be used (no GPU in this Paddle build, Paddle missing, ...)."""
+
+
+class Backend(Protocol):
+    def describe(self, device: str) -> Device: ...
+
+    def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult: ...
 
 
 @dataclass
@@ -40,14 +50,20 @@ def child_command(arguments: list[str], extra_env: dict[str, str]) -> tuple[list
            **extra_env}
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return [sys.executable, "-m", "vramtune.worker", *arguments], env
+    return [sys.executable, "-m", "vramtune.child.worker", *arguments], env
 
 
-def gpu_memory_limit_env(device: dict[str, Any], budget_bytes: int) -> dict[str, str]:
+def gpu_memory_limit_env(device: Device, budget_bytes: int) -> dict[str, str]:
     """On a GPU, make the child's allocator fail at the budget so that real OOMs happen there."""
-    if device["kind"] != "gpu" or budget_bytes >= device["total_bytes"]:
+    if device.kind != "gpu" or budget_bytes >= device.total_bytes:
         return {}
     return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20))}
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: Linux sends SIGKILL to it when the parent dies, even by SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 class ChildProcess:
@@ -60,8 +76,9 @@ class ChildProcess:
     def run(self, timeout: float) -> ChildOutcome:
         start = time.monotonic()
         with open(self.stderr_path, "wb") as stderr:
-            self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
-                                            stdout=stderr, stderr=stderr, start_new_session=True)
+            self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=stderr,
+                                            stderr=stderr, start_new_session=True,
+                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
             timed_out = False
             try:
                 self.process.wait(timeout=timeout)
@@ -71,15 +88,21 @@ class ChildProcess:
             except BaseException:  # Ctrl-C / SIGTERM in the parent: end the probe, then pass it on
                 self.kill()
                 raise
+            finally:
+                self.kill_group()  # grandchildren the model started must not outlive the probe
         return ChildOutcome(self.process.returncode, timed_out, _tail(self.stderr_path), time.monotonic() - start)
 
     def kill(self) -> None:
         """SIGKILL the child's own process group (which we created), then reap the child."""
         if self.process is None or self.process.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        self.kill_group()
         self.process.wait()
+
+    def kill_group(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
 
 
 def _tail(path: str, lines: int = 40) -> str:
@@ -94,14 +117,14 @@ def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: flo
     """What happened to a child, as a status and a short reason."""
     if outcome.timed_out:
         return {"status": "timeout", "error": f"no result after {timeout:g}s; the probe's process group was ended"}
-    if payload is not None and payload.get("status") in STATUSES:
+    if payload is not None and payload.get("status") in (*STATUSES, "measured"):
         return payload
     if outcome.returncode is not None and outcome.returncode < 0:
         name = signal.Signals(-outcome.returncode).name
         hint = " (likely the system OOM killer)" if name == "SIGKILL" else ""
         return {"status": "crashed", "error": f"killed by {name}{hint}"}
     last_line = error_line(outcome.stderr_tail, last=True, default="no output")
-    if any(marker in outcome.stderr_tail for marker in OOM_MARKERS):
+    if looks_like_oom(outcome.stderr_tail):
         return {"status": "oom", "error": last_line}
     return {"status": "crashed", "error": f"exit code {outcome.returncode} without a result: {last_line}"}
 
@@ -124,48 +147,32 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
     return outcome, payload
 
 
-def describe_device(device: str) -> dict[str, Any]:
-    """Ask a child which device 'auto'/'cpu'/'gpu:N' is, its memory and AMP support."""
-    outcome, payload = run_worker(["info", "--device", device], {}, INFO_TIMEOUT)
-    if payload is None or "error" in payload:
-        reason = (payload or {}).get("error") or classify(outcome, None, INFO_TIMEOUT)["error"]
-        if "No module named 'paddle'" in reason:
-            reason = "PaddlePaddle is not installed: pip install 'vramtune[cpu]' (or a GPU build, see README)"
-        raise DeviceError(f"device {device!r}: {reason}")
-    return payload
+class ChildBackend:
+    """Real measurements: each probe in a fresh child process running Paddle."""
+
+    def describe(self, device: str) -> Device:
+        """Ask a child which device 'auto'/'cpu'/'gpu:N' is, its memory and AMP support."""
+        outcome, payload = run_worker(["info", "--device", device], {}, INFO_TIMEOUT)
+        if payload is None or "error" in payload:
+            reason = (payload or {}).get("error") or classify(outcome, None, INFO_TIMEOUT)["error"]
+            if "No module named 'paddle'" in reason:
+                reason = "PaddlePaddle is not installed: pip install 'vramtune[cpu]' (or a GPU build, see README)"
+            raise DeviceError(f"device {device!r}: {reason}")
+        return Device.from_json(payload)
+
+    def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult:
+        """One probe; on a GPU the child's allocator is capped at the budget, so over-budget configs OOM there."""
+        device = Device.from_json(job.device)
+        outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json())
+        return result_from(job, classify(outcome, payload, timeout), outcome.seconds)
 
 
-def result_record(strategy: Strategy, device: dict[str, Any], budget_bytes: int,
-                  outcome: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """A probe result with every documented key, in a stable order."""
-    return {
-        "status": outcome["status"],
-        **strategy.to_json(),
-        "recompute_blocks": outcome.get("recompute_blocks"),
-        "recompute_path": outcome.get("recompute_path"),
-        "peak_bytes": outcome.get("peak_bytes"),
-        "reserved_bytes": outcome.get("reserved_bytes"),
-        "budget_bytes": budget_bytes,
-        "step_seconds": outcome.get("step_seconds"),
-        "samples_per_sec": outcome.get("samples_per_sec"),
-        "loss": outcome.get("loss"),
-        "device": {"name": device["name"], "kind": device["kind"]},
-        "paddle_version": device["paddle_version"],
-        "error": outcome.get("error"),
-        "error_kind": outcome.get("error_kind"),
-        "seconds": round(seconds, 3),
-    }
-
-
-def measure(spec: Spec, strategy: Strategy, device: dict[str, Any], budget_bytes: int,
-            seed: int = 0) -> dict[str, Any]:
-    """One isolated probe of one strategy. AMP on a device without it is `unsupported`, never run."""
-    reason = device.get("amp_unsupported", {}).get(strategy.precision)
-    if reason:
-        return result_record(strategy, device, budget_bytes, {"status": "unsupported", "error": reason}, 0.0)
-    job = {"spec": spec.raw, "spec_path": spec.path, "strategy": strategy.to_json(), "device": device,
-           "budget_bytes": budget_bytes, "headroom": spec.headroom, "steps": spec.probe.steps,
-           "warmup": spec.probe.warmup, "seed": seed}
-    outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget_bytes), spec.probe.timeout, job)
-    return result_record(strategy, device, budget_bytes, classify(outcome, payload, spec.probe.timeout),
-                         outcome.seconds)
+def result_from(job: ProbeJob, outcome: dict[str, Any], seconds: float) -> ProbeResult:
+    """A ProbeResult from what the child (or its classification) said."""
+    device = job.device
+    keys = ("peak_bytes", "reserved_bytes", "step_seconds", "samples_per_sec", "loss", "total_blocks",
+            "block_path", "error", "error_kind", "optimizer_state", "state_bytes", "recompute_options")
+    return ProbeResult(status=outcome["status"], strategy=Strategy.from_json(job.strategy),
+                       device={"name": device["name"], "kind": device["kind"]},
+                       paddle_version=device["paddle_version"], seconds=round(seconds, 3),
+                       **{key: outcome.get(key) for key in keys})

@@ -2,12 +2,13 @@
 
     from vramtune import runtime
     plan = runtime.load("model.tuned.yaml")
+    # PaddleNLP model: model = LlamaForCausalLM(plan.configure(config))  -- its own recompute settings
     model, optimizer = plan.prepare(model, optimizer)      # wraps the recomputed blocks
     for batch in loader:                                    # batches of plan.micro_batch samples
         loss, stepped = plan.step(lambda b: loss_fn(model, b), batch)   # AMP, scaling, accumulation
 
-The same `StepRunner` runs the probes, so precision, loss scaling, accumulation and recompute are identical.
-Note: recomputed blocks sit inside a wrapper, so their state_dict keys gain an `inner.` segment; call
+The same `StepRunner` and mechanisms run the probes, so precision, loss scaling, accumulation and recompute are
+identical. Note: recomputed blocks sit inside a wrapper, so their state_dict keys gain an `inner.` segment; call
 `plan.prepare` after loading a checkpoint, or save from a model that was not prepared.
 """
 from __future__ import annotations
@@ -18,15 +19,16 @@ from typing import Any, Callable
 
 import paddle
 
-from vramtune.spec import load_spec, require_tuned
-from vramtune.strategy import Strategy
-from vramtune.training import StepRunner, apply_recompute
+from vramtune.checking import tuned_strategy
+from vramtune.child.training import StepRunner
+from vramtune.mechanisms import MECHANISMS
+from vramtune.spec import load_spec
 
 
 @dataclass
 class Plan:
-    strategy: Strategy
-    recompute_path: str | None = None  # the spec's model.recompute_blocks (None: detected as in the probes)
+    strategy: Any  # vramtune.strategy.Strategy
+    block_path: str | None = None  # the spec's model.block_path (None: detected as in the probes)
     tuned: dict[str, Any] = field(default_factory=dict)  # the whole tuned: section (peak_bytes, budget_bytes, ...)
     runner: StepRunner | None = None
 
@@ -38,10 +40,17 @@ class Plan:
     def accumulation(self) -> int:
         return self.strategy.accumulation
 
+    def configure(self, config: Any) -> Any:
+        """For a PaddleNLP model, before building it: the recompute settings it reads at construction
+        (recompute_granularity, no_recompute_layers), as in the probes. Returns the config."""
+        for mechanism in MECHANISMS:
+            mechanism.configure_model(config, self.strategy, self.block_path)
+        return config
+
     def prepare(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer):
-        """Apply recompute to the model and bind the optimizer; returns (model, optimizer)."""
-        if self.strategy.recompute_layers:
-            apply_recompute(model, self.strategy.recompute_layers, self.recompute_path)
+        """Apply the mechanisms to the model (recompute) and bind the optimizer; returns (model, optimizer)."""
+        for mechanism in MECHANISMS:
+            mechanism.prepare_model(model, self.strategy, self.block_path)
         self.runner = StepRunner(model, optimizer, self.strategy)
         return model, optimizer
 
@@ -56,5 +65,4 @@ class Plan:
 def load(path: str | Path) -> Plan:
     """The plan of a file written by `vramtune apply`."""
     spec = load_spec(path)
-    tuned = require_tuned(spec)
-    return Plan(Strategy.from_json(tuned), spec.model.recompute_blocks, dict(tuned))
+    return Plan(tuned_strategy(spec), spec.block_path, dict(spec.tuned))

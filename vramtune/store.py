@@ -1,7 +1,9 @@
-"""Saved probe results under .vramtune/, keyed by spec + device + Paddle version; append-only and locked.
+"""Saved probe results under .vramtune/, keyed by what decides the measurements; append-only and locked.
 
 Every finished probe is appended (and fsynced) at once, so an interrupted run loses nothing and the next run
-resumes. A damaged file is set aside with a warning and its readable lines are kept.
+resumes. A damaged file, or one from another vramtune version, is set aside with a warning and its readable
+lines are kept. Locks: one per spec (a second run of it waits and reuses), one per device while a probe runs
+(two specs never measure on the same device at once).
 """
 from __future__ import annotations
 
@@ -10,15 +12,18 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
 from vramtune import __version__
+from vramtune.files import write_atomic
+from vramtune.records import Device, ProbeResult
 from vramtune.strategy import Strategy
 
-FORMAT = 1
+FORMAT = 2
 
 
 class StoreError(Exception):
@@ -29,12 +34,42 @@ def cache_root() -> Path:
     return Path(os.environ.get("VRAMTUNE_CACHE", ".vramtune"))
 
 
-def spec_key(raw_spec: dict[str, Any], device: dict[str, Any]) -> str:
-    """A stable hash of what decides the measurements: the spec's content, the device, Paddle's version."""
+def spec_key(raw_spec: dict[str, Any], device: Device, identity: dict[str, Any]) -> str:
+    """A stable hash of what decides the measurements: the spec's content, the device, Paddle's and vramtune's
+    versions, and the source's identity (e.g. the factory module's text, PaddleNLP's version)."""
     content = {key: value for key, value in raw_spec.items() if key not in ("tuned", "name")}
-    identity = json.dumps([content, device["kind"], device["name"], device["total_bytes"],
-                           device["paddle_version"]], sort_keys=True, default=str)
-    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+    key = json.dumps([content, device.kind, device.name, device.total_bytes, device.paddle_version, __version__,
+                      identity], sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def file_lock(lock_path: Path, on_wait: Callable[[str], None], what: str) -> Iterator[None]:
+    """Hold an exclusive lock on a file holding our pid; if another process holds it, say who and wait."""
+    try:
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise StoreError(f"cannot create the lock file {lock_path}: {error.strerror or error}") from error
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
+            on_wait(f"another vramtune run (pid {holder}) is {what}; waiting for it to finish")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # the pid only informs a waiting run; failing to write it is harmless
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def device_lock_path(device: Device) -> Path:
+    """One lock per physical device on this machine, whatever cache folder each run uses."""
+    folder = Path(os.environ.get("VRAMTUNE_LOCKS", Path(tempfile.gettempdir()) / f"vramtune-locks-{os.getuid()}"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{device.kind}{device.index}.lock"
 
 
 class ResultStore:
@@ -52,31 +87,12 @@ class ResultStore:
 
     @contextlib.contextmanager
     def locked(self, on_wait: Callable[[str], None]) -> Iterator[None]:
-        """Hold this spec's lock; if another run holds it, say so and wait for it."""
+        """Hold this spec's lock; if another run holds it, say so and wait for it (then reuse its results)."""
         self._ensure_folder()
-        lock_path = self.folder / "lock"
-        try:
-            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise StoreError(f"cannot create the lock file {lock_path}: {error.strerror or error}") from error
-        try:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
-                on_wait(f"another vramtune run (pid {holder}) is tuning this spec; waiting for it to finish "
-                        f"(its results will be reused)")
-                fcntl.flock(descriptor, fcntl.LOCK_EX)
-            try:  # the pid only informs a waiting run; failing to write it (disk full) is harmless
-                os.ftruncate(descriptor, 0)
-                os.pwrite(descriptor, str(os.getpid()).encode(), 0)
-            except OSError:
-                pass
+        with file_lock(self.folder / "lock", on_wait, "tuning this spec (its results will be reused)"):
             yield
-        finally:
-            os.close(descriptor)  # closing releases the lock
 
-    def load(self) -> dict[Strategy, dict[str, Any]]:
+    def load(self) -> dict[Strategy, ProbeResult]:
         """Saved results by strategy; unreadable or foreign lines are set aside with a warning."""
         try:
             lines = self.probes_path.read_text(encoding="utf-8").splitlines()
@@ -91,11 +107,11 @@ class ResultStore:
                 record = json.loads(line)
                 if record.get("format") != FORMAT or record.get("vramtune") != __version__:
                     raise ValueError("written by another vramtune version")
-                strategy = Strategy.from_json(record["result"])
+                result = ProbeResult.from_json(record["result"])
             except (ValueError, KeyError, TypeError, AttributeError):
                 bad += 1
                 continue
-            results[strategy] = record["result"]
+            results[result.strategy] = result
             good.append(line)
         if bad:
             self._set_aside(f"{bad} damaged or foreign line(s)", good)
@@ -106,24 +122,33 @@ class ResultStore:
         try:
             os.replace(self.probes_path, aside)
             if keep:
-                self._write_atomic(self.probes_path, "".join(line + "\n" for line in keep))
+                write_atomic(self.probes_path, "".join(line + "\n" for line in keep))
         except OSError as error:
             raise StoreError(f"cannot set aside {self.probes_path}: {error}") from error
-        self.warn(f"warning: saved results {self.probes_path} had {why}; moved to {aside.name}, "
+        self.warn(f"saved results {self.probes_path} had {why}; moved to {aside.name}, "
                   f"kept {len(keep)} good result(s)")
 
-    def save(self, result: dict[str, Any]) -> None:
-        """Append one finished probe, durably."""
+    def save(self, result: ProbeResult) -> None:
+        """Append one finished probe, durably. A failed append is truncated away, so the file stays whole."""
         self._ensure_folder()
-        line = json.dumps({"format": FORMAT, "vramtune": __version__, "result": result}) + "\n"
+        line = json.dumps({"format": FORMAT, "vramtune": __version__, "result": result.to_json()}) + "\n"
         try:
-            with open(self.probes_path, "a", encoding="utf-8") as handle:
-                handle.write(line)
-                handle.flush()
-                os.fsync(handle.fileno())
+            descriptor = os.open(self.probes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as error:
+            raise StoreError(f"cannot save results to {self.probes_path}: {error.strerror or error}") from error
+        size = os.fstat(descriptor).st_size
+        try:
+            data = line.encode()
+            while data:  # unbuffered, so nothing half-written is flushed later
+                data = data[os.write(descriptor, data):]
+            os.fsync(descriptor)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(descriptor, size)
             raise StoreError(f"cannot save results to {self.probes_path}: {error.strerror or error} "
                              f"(earlier results are intact)") from error
+        finally:
+            os.close(descriptor)
 
     def clear(self) -> None:
         """Start over (--fresh): earlier results are kept aside, not deleted."""
@@ -133,21 +158,27 @@ class ResultStore:
     def save_summary(self, summary: dict[str, Any]) -> None:
         self._ensure_folder()
         try:
-            self._write_atomic(self.summary_path, json.dumps(summary, indent=1))
+            write_atomic(self.summary_path, json.dumps(summary, indent=1))
         except OSError as error:
             raise StoreError(f"cannot save {self.summary_path}: {error.strerror or error}") from error
 
     def load_summary(self) -> dict[str, Any] | None:
+        """The last finished tuning run's report; a damaged one is set aside with a warning (and None)."""
         try:
-            return json.loads(self.summary_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = self.summary_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return None
-
-    @staticmethod
-    def _write_atomic(path: Path, text: str) -> None:
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        except (OSError, UnicodeDecodeError) as error:
+            self.warn(f"saved summary {self.summary_path} is unreadable ({error}); tuning again")
+            return None
         try:
-            temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+            summary = json.loads(text)
+            if summary.get("vramtune") != __version__ or not isinstance(summary.get("probes"), list):
+                raise ValueError("written by another vramtune version")
+        except (ValueError, AttributeError) as error:
+            aside = self.summary_path.with_name(f"summary.json.bad-{int(time.time())}")
+            with contextlib.suppress(OSError):
+                os.replace(self.summary_path, aside)
+            self.warn(f"saved summary {self.summary_path} is damaged ({error}); moved to {aside.name}, tuning again")
+            return None
+        return summary

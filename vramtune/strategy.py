@@ -1,31 +1,49 @@
-"""A memory strategy: precision, micro-batch, gradient accumulation and recomputed blocks.
-
-Pure data, importable without Paddle (the parent process never imports Paddle); `vramtune.training` applies it.
-"""
+"""A strategy: one value for every field of every registered mechanism (precision, micro_batch, accumulation,
+recomputed_blocks, ...). Pure data, importable without Paddle; built from the registry, so a new mechanism's
+fields appear here without editing this file."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import dataclasses
 from typing import Any
 
+from vramtune.mechanisms import MECHANISMS, strategy_fields
 
-@dataclass(frozen=True)
-class Strategy:
-    precision: str  # fp32 | fp16 | bf16
+
+class _StrategyMethods:
+    """Behaviour shared by the generated Strategy dataclass."""
+
     micro_batch: int
     accumulation: int
-    recompute_layers: int
 
     @property
     def batch(self) -> int:
+        """Samples per optimizer step on one device."""
         return self.micro_batch * self.accumulation
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Strategy:
-        return cls(data["precision"], int(data["micro_batch"]), int(data["accumulation"]),
-                   int(data["recompute_layers"]))
+        """From a result or a tuned: section; missing fields take their defaults, wrong types raise."""
+        values = {}
+        for field in strategy_fields():
+            value = data.get(field.name, field.default)
+            if field.type is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{field.name} must be an integer, got {value!r}")
+            if field.type is str and not isinstance(value, str):
+                raise ValueError(f"{field.name} must be a string, got {value!r}")
+            values[field.name] = value
+        return cls(**values)
 
     def label(self) -> str:
-        return f"{self.precision} m={self.micro_batch} k={self.accumulation} r={self.recompute_layers}"
+        return " ".join(mechanism.label(self) for mechanism in MECHANISMS)
+
+    def with_(self, **changes: Any) -> Strategy:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+Strategy = dataclasses.make_dataclass(
+    "Strategy", [(f.name, f.type, dataclasses.field(default=f.default)) for f in strategy_fields()],
+    bases=(_StrategyMethods,), frozen=True, namespace={"__module__": __name__})
+Strategy.__doc__ = "One probe's memory strategy: a value per mechanism field."

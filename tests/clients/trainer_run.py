@@ -1,0 +1,90 @@
+"""A PaddleNLP user's training script, as the llm scripts do it: the real client for vramtune's exported JSON.
+
+    python tests/clients/trainer_run.py ARGS.json --steps 3
+
+PaddleNLP's own Trainer trains a model built from `model_name_or_path` (a local folder with config.json; random
+weights) on random token ids. As PaddleNLP's llm scripts do, the model arguments (recompute_granularity,
+no_recompute_layers) go on the model's config and the sequence length is max_length; every other key is a
+TrainingArguments field, parsed by PdArgumentParser. Prints one JSON line: the peak allocated bytes of the steps
+after the first optimizer step (when the optimizer state exists), read from Paddle's allocator counters.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+import paddle
+from paddle.base import core
+from paddlenlp.trainer import PdArgumentParser, Trainer, TrainerCallback, TrainingArguments
+from paddlenlp.transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+MODEL_KEYS = ("model_name_or_path", "recompute_granularity", "no_recompute_layers", "max_length")
+
+
+class RandomData(paddle.io.Dataset):
+    def __init__(self, count: int, seq_len: int, vocab: int, classes: int | None):
+        rng = np.random.default_rng(0)
+        self.ids = rng.integers(1, vocab, size=(count, seq_len), dtype=np.int64)
+        self.labels = (rng.integers(0, classes, size=count, dtype=np.int64) if classes else
+                       rng.integers(1, vocab, size=(count, seq_len), dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> dict:
+        return {"input_ids": self.ids[index], "labels": self.labels[index]}
+
+
+class Peak(TrainerCallback):
+    """Reset the allocator's peak after the first optimizer step, read it after the last."""
+
+    def __init__(self) -> None:
+        self.peak = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            core.host_memory_stat_reset_peak_value("Allocated", 0)
+        if state.global_step == args.max_steps:
+            self.peak = int(core.host_memory_stat_peak_value("Allocated", 0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("arguments")
+    parser.add_argument("--steps", type=int, default=3)
+    options = parser.parse_args()
+    with open(options.arguments, encoding="utf-8") as handle:
+        arguments = json.load(handle)
+    model_args = {key: arguments.pop(key) for key in MODEL_KEYS if key in arguments}
+    arguments.update(max_steps=options.steps, report_to="none", save_strategy="no", logging_strategy="no",
+                     evaluation_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+                     output_dir=tempfile.mkdtemp(prefix="trainer-run-"), overwrite_output_dir=True)
+    folder = tempfile.mkdtemp(prefix="trainer-args-")
+    with open(os.path.join(folder, "args.json"), "w", encoding="utf-8") as handle:
+        json.dump(arguments, handle)
+    (training,) = PdArgumentParser(TrainingArguments).parse_json_file(os.path.join(folder, "args.json"))
+    paddle.set_device(training.device)
+
+    config = AutoConfig.from_pretrained(model_args["model_name_or_path"])
+    for key in ("recompute_granularity", "no_recompute_layers"):  # as the llm scripts copy ModelArgument fields
+        if model_args.get(key) is not None:
+            setattr(config, key, model_args[key])
+    causal = any(a.endswith("ForCausalLM") for a in config.architectures or [])
+    auto = AutoModelForCausalLM if causal else AutoModelForSequenceClassification
+    model = auto.from_config(copy.deepcopy(config))
+    batch = training.per_device_train_batch_size * training.gradient_accumulation_steps
+    data = RandomData(options.steps * batch, model_args["max_length"], config.vocab_size,
+                      None if causal else config.num_labels)
+    peak = Peak()
+    Trainer(model=model, args=training, train_dataset=data, callbacks=[peak]).train()
+    print(json.dumps({"peak_bytes": peak.peak, "micro_batch": training.per_device_train_batch_size,
+                      "accumulation": training.gradient_accumulation_steps, "recompute": training.recompute}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Every command's behaviour over fake devices (no Paddle): output, --json shapes, exit codes, resume,
+interrupts, files, internal errors."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import yaml
+from conftest import CONFIGS, mlp_spec
+from fakes import FakeDevice, MiB, file_size_limit
+
+SPEC = CONFIGS / "mlp-python-cpu.yaml"  # target 2048, budget 40 MiB (limit 38 MiB), 6 blocks
+
+
+def small():
+    """Fits from micro-batch 256 down: 20 MiB fixed + 0.05 MiB per sample."""
+    return FakeDevice(per_sample=MiB / 20, saved=MiB / 200, blocks=6)
+
+
+def test_probe_chooses_and_prints_the_choice_on_stdout_too(fake_cli):
+    cli, _ = fake_cli(small())
+    code, out, err = cli("probe", SPEC)
+    assert code == 0, err
+    assert out.startswith("chosen: fp32, micro-batch ") and out.count("\n") == 1
+    assert out.strip() in err  # the same line closes the human report
+    assert "note: fp16 skipped" not in err  # the fake cpu runs everything it is asked
+
+
+def test_probe_json_shape(fake_cli):
+    cli, _ = fake_cli(small())
+    code, out, _ = cli("probe", SPEC, "--json")
+    report = json.loads(out)
+    assert code == 0
+    assert set(report) == {"spec", "spec_path", "device", "paddle_version", "vramtune", "budget_bytes", "headroom",
+                           "limit_bytes", "target_batch", "chosen", "probes", "notes", "closest", "suggestions",
+                           "reused", "interrupted", "seconds"}
+    chosen = report["chosen"]
+    assert {"precision", "micro_batch", "accumulation", "recomputed_blocks", "total_blocks", "block_path",
+            "peak_bytes", "reserved_bytes", "samples_per_sec", "status"} <= set(chosen)
+    assert chosen["micro_batch"] * chosen["accumulation"] == 2048
+    assert chosen["peak_bytes"] <= report["limit_bytes"] == int(40 * MiB * 0.95)
+
+
+def test_nothing_fits_exit_1_and_the_suggested_budget_makes_it_fit(fake_cli):
+    device = FakeDevice(fixed=60 * MiB, per_sample=MiB / 20, saved=0, blocks=6)
+    cli, _ = fake_cli(device)
+    code, out, err = cli("probe", SPEC, "--json")
+    report = json.loads(out)
+    assert code == 1 and report["chosen"] is None and "nothing fits" in err
+    tip = report["suggestions"][0]
+    assert tip.startswith("a budget of at least ")
+    needed = int(tip.split()[5])
+    code, out, _ = cli("probe", SPEC, "--json", "--budget", str(needed))
+    assert code == 0, "the suggested budget must make the closest miss fit"
+    code, _, _ = cli("probe", SPEC, "--json", "--budget", str(needed - 2))
+    assert code == 1, "and a smaller one must not: the suggestion is the least that fits"
+
+
+def test_second_run_reuses_every_probe(fake_cli):
+    cli, backend = fake_cli(small())
+    _, first, _ = cli("probe", SPEC, "--json")
+    probes = len(backend.jobs)
+    code, second, err = cli("probe", SPEC, "--json")
+    assert code == 0 and len(backend.jobs) == probes  # nothing measured again
+    assert json.loads(second)["reused"] == len(json.loads(first)["probes"])
+    assert f"reused {len(json.loads(first)['probes'])} saved probe(s)" in err
+    cli("probe", SPEC, "--fresh")
+    assert len(backend.jobs) == 2 * probes
+
+
+def interrupt_after(device, probes: int):
+    """Make the device raise KeyboardInterrupt (Ctrl-C) once `probes` probes have been measured; returns the
+    original measuring function, to restore."""
+    original = device.result
+
+    def interrupted(s, budget):
+        if len(device.calls) == probes:
+            raise KeyboardInterrupt
+        return original(s, budget)
+    device.result = interrupted
+    return original
+
+
+def test_interrupt_exits_130_with_the_partial_report_and_saved_probes(fake_cli):
+    device = small()
+    cli, _ = fake_cli(device)
+    original = interrupt_after(device, 2)
+    code, out, err = cli("probe", SPEC, "--json")
+    assert code == 130 and json.loads(out)["interrupted"] is True
+    assert len(json.loads(out)["probes"]) == 2
+    assert "interrupted: finished probes are saved; run again to resume" in err
+    device.result = original
+    code, out, _ = cli("probe", SPEC, "--json")
+    assert code == 0 and json.loads(out)["reused"] == 2
+
+
+def test_measure_exit_codes_fits_0_over_budget_1(fake_cli):
+    cli, _ = fake_cli(small())
+    code, out, err = cli("measure", SPEC, "-m", 256, "--json")
+    assert code == 0 and json.loads(out)["status"] == "fits"
+    assert err.startswith("fp32 m=256 k=8 r=0: fits\n")
+    code, out, _ = cli("measure", SPEC, "-m", 1024, "--json")
+    assert code == 1 and json.loads(out)["status"] == "over_budget"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--micro-batch", 3), "--micro-batch: 3 does not divide train.target_batch 2048; give --accumulation explicitly"),
+    (("--micro-batch", 0), "--micro-batch: must be positive, got 0"),
+    (("--micro-batch", 8, "--recompute", -1), "--recompute: must be 0 or more, got -1"),
+    (("--micro-batch", 8, "--accumulation", 0), "--accumulation: must be positive, got 0"),
+    ((), "--micro-batch: is required"),
+])
+def test_measure_bad_flags(fake_cli, args, message):
+    cli, backend = fake_cli(small())
+    code, out, err = cli("measure", SPEC, *args)
+    assert (code, out, err) == (2, "", f"error: {SPEC}: {message}\n")
+    assert backend.jobs == []
+
+
+def test_measure_precision_is_a_typed_choice(fake_cli):
+    cli, _ = fake_cli(small())
+    code, _, err = cli("measure", SPEC, "-m", 8, "--precision", "fp64")
+    assert code == 2 and "'fp64' is not one of" in " ".join(err.replace("│", " ").split())
+
+
+def test_apply_writes_an_ordinary_file_and_reapplying_keeps_one_header(fake_cli, tmp_path):
+    cli, _ = fake_cli(small())
+    spec = tmp_path / "mlp.yaml"
+    spec.write_text(SPEC.read_text())
+    old = os.umask(0o022)
+    try:
+        code, _, err = cli("apply", spec)
+    finally:
+        os.umask(old)
+    out = tmp_path / "mlp.tuned.yaml"
+    assert code == 0 and err.endswith(f"wrote {out}\n")
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    code, _, err = cli("apply", out, "--force")  # re-apply onto the tuned file itself
+    assert code == 0, err
+    text = out.read_text()
+    assert text.count("# tuned by vramtune") == 1 and text.count("\ntuned:") == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
+
+
+def test_apply_to_stdout_and_json(fake_cli, tmp_path):
+    cli, _ = fake_cli(small())
+    code, out, _ = cli("apply", SPEC, "-o", "-", "--format", "paddlenlp")
+    arguments = json.loads(out)
+    assert code == 0 and arguments["per_device_train_batch_size"] * arguments["gradient_accumulation_steps"] == 2048
+    target = tmp_path / "t.yaml"
+    code, out, _ = cli("apply", SPEC, "-o", target, "--json")
+    payload = json.loads(out)
+    assert code == 0 and payload["output"] == str(target) and payload["format"] == "yaml"
+    assert yaml.safe_load(target.read_text())["tuned"]["micro_batch"] == payload["chosen"]["micro_batch"]
+
+
+def test_apply_force_replaces_and_a_failed_write_keeps_the_old_file(fake_cli, tmp_path):
+    cli, _ = fake_cli(small())
+    (tmp_path / "out").mkdir()
+    target = tmp_path / "out" / "t.yaml"
+    target.write_text("old\n")
+    code, _, err = cli("apply", SPEC, "-o", target)
+    assert (code, target.read_text()) == (2, "old\n") and "exists; pass --force" in err
+    code, _, _ = cli("apply", SPEC, "-o", target, "--force")
+    assert code == 0 and "tuned:" in target.read_text()
+    before = target.read_bytes()
+    with file_size_limit(100):  # the new text is longer: its write fails half-way (also as root)
+        code, _, err = cli("apply", SPEC, "-o", target, "--force")
+    assert code == 2 and err.splitlines()[-1] == f"error: cannot write {target}: File too large"
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in target.parent.iterdir()) == ["t.yaml"]  # no temp file left behind
+
+
+def tuned_file(cli, tmp_path):
+    target = tmp_path / "mlp.tuned.yaml"
+    code, _, err = cli("apply", SPEC, "-o", target)
+    assert code == 0, err
+    return target
+
+
+def edited(path, **tuned):
+    data = yaml.safe_load(path.read_text())
+    data["tuned"].update(tuned)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_check_tolerance_in_both_directions(fake_cli, tmp_path):
+    cli, _ = fake_cli(small())
+    target = tuned_file(cli, tmp_path)
+    peak = yaml.safe_load(target.read_text())["tuned"]["peak_bytes"]
+    code, out, _ = cli("check", edited(target, peak_bytes=int(peak / 1.04)), "--json")
+    assert (code, json.loads(out)["status"]) == (0, "pass")  # grew 4%: within 5%
+    code, out, _ = cli("check", edited(target, peak_bytes=int(peak / 1.06)), "--json")
+    verdict = json.loads(out)
+    assert code == 1 and verdict["reasons"][0].startswith(f"peak grew from {int(peak / 1.06)} bytes")
+    code, _, _ = cli("check", target, "--tolerance", "0.07")
+    assert code == 0
+
+
+def test_check_fails_when_the_tuned_config_no_longer_trains(fake_cli, tmp_path):
+    device = small()
+    cli, _ = fake_cli(device)
+    target = tuned_file(cli, tmp_path)
+    device.result = lambda s, budget: __import__("vramtune.records", fromlist=["ProbeResult"]).ProbeResult(
+        "crashed", s, error="killed by SIGSEGV")
+    code, out, err = cli("check", target, "--json")
+    assert code == 1 and json.loads(out)["reasons"] == ["the tuned configuration no longer trains: crashed: "
+                                                        "killed by SIGSEGV"]
+    assert err.endswith("check: fail\n")
+
+
+def test_check_on_a_gpu_judges_the_tuned_budget_not_the_bigger_card(fake_cli, tmp_path, write_spec):
+    card = FakeDevice(kind="gpu", name="fake A100 80GB", card_bytes=80 * 2**30, fixed=10 * 2**30,
+                      per_sample=2**30)
+    cli, _ = fake_cli(card)
+    spec = write_spec(mlp_spec(device="gpu", budget="auto", **{"train.target_batch": 8}), "gpu.yaml")
+    target = tmp_path / "gpu.tuned.yaml"
+    assert cli("apply", spec, "-o", target)[0] == 0
+    edited(target, budget_bytes=16 * 2**30)  # tuned for a 16 GiB card; this runner has 80 GiB
+    code, out, _ = cli("check", target, "--json")
+    verdict = json.loads(out)
+    assert code == 1 and verdict["limit_bytes"] == int(16 * 2**30 * 0.95)
+
+
+def test_check_without_the_tuned_device_smokes_or_fails_under_strict(fake_cli, tmp_path, write_spec):
+    cli, _ = fake_cli(small(), missing={"gpu"})
+    spec = mlp_spec(device="gpu", budget="auto")
+    spec["tuned"] = {"precision": "fp16", "micro_batch": 512, "accumulation": 4, "recomputed_blocks": 2,
+                     "total_blocks": 6, "peak_bytes": 10**9, "device": "NVIDIA A100", "device_kind": "gpu"}
+    path = write_spec(spec, "gpu.tuned.yaml")
+    code, out, _ = cli("check", path, "--json")
+    verdict = json.loads(out)
+    assert code == 0 and verdict["status"] == "smoke"
+    smoke = verdict["measured"]
+    assert (smoke["precision"], smoke["micro_batch"], smoke["accumulation"], smoke["recomputed_blocks"]) == \
+        ("fp32", 1, 2, 2)  # accumulation capped at 2, the file's recompute
+    code, out, _ = cli("check", path, "--strict", "--json")
+    assert code == 1 and json.loads(out)["reasons"][0].startswith("tuned on NVIDIA A100, which this machine lacks")
+
+
+def test_a_markup_like_spec_name_renders_plainly(fake_cli, write_spec):
+    cli, _ = fake_cli(small())
+    path = write_spec(mlp_spec(name="exp[/1] [bold]x"))
+    code, _, err = cli("probe", path)
+    assert code == 0, err
+    assert "tuning exp[/1] [bold]x on fake cpu" in err
+
+
+def test_internal_error_exit_3_with_the_traceback_in_a_file(fake_cli):
+    device = small()
+    cli, _ = fake_cli(device)
+
+    def broken(s, budget):
+        raise ZeroDivisionError("a bug")
+    device.result = broken
+    code, out, err = cli("probe", SPEC)
+    assert code == 3 and out == ""
+    line = err.splitlines()[-1]
+    assert line.startswith("error: internal error: ZeroDivisionError: a bug (traceback in ")
+    path = line.split("traceback in ")[1].split(";")[0]
+    with open(path) as handle:
+        text = handle.read()
+    assert "ZeroDivisionError: a bug" in text and "Traceback" in text
+    os.unlink(path)
+
+
+def test_warnings_are_not_errors(fake_cli, private_cache):
+    cli, _ = fake_cli(small())
+    cli("probe", SPEC)
+    (saved,) = private_cache.glob("*/probes.jsonl")
+    saved.write_text(saved.read_text() + "{torn")
+    code, _, err = cli("probe", SPEC)
+    assert code == 0
+    assert "\nwarning: saved results " in "\n" + err and "error: warning" not in err
+
+
+def test_a_failed_append_leaves_the_saved_probes_whole(fake_cli, private_cache):
+    device = small()
+    cli, _ = fake_cli(device)
+    original = interrupt_after(device, 2)
+    assert cli("probe", SPEC)[0] == 130
+    (saved,) = private_cache.glob("*/probes.jsonl")
+    before = saved.read_bytes()
+    assert before.count(b"\n") == 2
+    device.result = original
+    with file_size_limit(len(before) + 40):  # the third probe's line is cut off half-way, as on a full disk
+        code, out, err = cli("probe", SPEC)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == f"error: cannot save results to {saved}: File too large (earlier results are intact)"
+    assert saved.read_bytes() == before
+    code, out, _ = cli("probe", SPEC, "--json")
+    assert code == 0 and json.loads(out)["reused"] == 2
+
+
+def test_cpu_budget_auto_is_refused(fake_cli, write_spec):
+    cli, backend = fake_cli(small())
+    path = write_spec(mlp_spec(budget="auto"))
+    code, out, err = cli("probe", path)
+    assert (code, out, backend.jobs) == (2, "", [])
+    assert err == (f"error: {path}: budget: is required on cpu (a size like 512MiB, or --budget): the CPU budget is "
+                   "virtual; 'auto' means a GPU's memory\n")

@@ -1,0 +1,251 @@
+"""The ladder and the memory model over a deterministic fake measure function (no Paddle)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from fakes import FakeDevice, MiB, plan
+
+from vramtune.records import Budget, ProbeResult
+from vramtune.search import MemoryModel, SearchProblem, Tuner, choose
+
+
+def divisors(n: int, max_accumulation: int = 64) -> list[int]:
+    return [m for m in range(n, 0, -1) if n % m == 0 and n // m <= max_accumulation]
+
+
+def points(rows):
+    """(m, k, r, used) rows as the memory model's (strategy, used) points."""
+    return [(plan("fp32", m, k, r), used) for m, k, r, used in rows]
+
+
+def problem(budget: int, target: int = 64, **kwargs) -> SearchProblem:
+    kwargs.setdefault("micro_batches", divisors(target, kwargs.get("max_accumulation", 64)))
+    return SearchProblem(target_batch=target, budget=Budget(budget, 0.05), **kwargs)
+
+
+def grid_best(device: FakeDevice, prob: SearchProblem) -> ProbeResult | None:
+    measure = device.measure(prob.budget.bytes, prob.budget.headroom)
+    results = [measure(plan("fp32", m, prob.target_batch // m, r))
+               for m, r in itertools.product(prob.micro_batches, range(device.blocks + 1))]
+    return choose(results)
+
+
+def test_plain_fits_takes_one_probe():
+    device = FakeDevice()
+    outcome = Tuner(device.measure(1024 * MiB), problem(1024 * MiB)).run()
+    assert device.calls == [plan("fp32", 64, 1, 0)]
+    assert outcome.chosen.strategy.micro_batch == 64
+
+
+def test_accumulation_boundary_found_by_prediction_not_walking():
+    device = FakeDevice(recompute_cost=10.0)  # recompute never pays off here
+    budget = 80 * MiB  # limit 76 MiB: m <= 28 fits -> largest divisor 16
+    outcome = Tuner(device.measure(budget), problem(budget)).run()
+    assert outcome.chosen.strategy.micro_batch == 16 and outcome.chosen.strategy.recomputed_blocks == 0
+    # plain, the predicted edge (16), one smaller for throughput: no walk over 32, 8, 4, 2, 1
+    plain_probes = [s for s in device.calls if s.recomputed_blocks == 0]
+    assert len(plain_probes) <= 4, device.calls
+    # recompute at m=32 was measured (the trade is measured), found slower and dropped
+    assert any(s.micro_batch == 32 and s.recomputed_blocks for s in device.calls)
+
+
+def test_miss_is_corrected():
+    # the first (proportional) prediction is too optimistic because of the fixed memory; the search must
+    # record the miss and still land on the true boundary
+    device = FakeDevice(fixed=60 * MiB, recompute_cost=10.0)
+    budget = 100 * MiB  # limit 95: m <= 17 -> 16
+    outcome = Tuner(device.measure(budget), problem(budget)).run()
+    statuses = [(s.micro_batch, device.peak(s) <= 95 * MiB) for s in device.calls]
+    assert outcome.chosen.strategy.micro_batch == 16
+    assert any(not fits for m, fits in statuses[1:]), "expected at least one corrected miss"
+
+
+def test_recompute_needed_when_accumulation_cannot_reach():
+    device = FakeDevice(fixed=10 * MiB, per_sample=4 * MiB, saved=0.9 * MiB)
+    prob = problem(60 * MiB, max_accumulation=4)  # smallest micro-batch 16: 74 MiB > 57 limit without recompute
+    outcome = Tuner(device.measure(60 * MiB), prob).run()
+    chosen = outcome.chosen
+    assert chosen is not None and chosen.strategy.micro_batch == 16
+    assert chosen.strategy.recomputed_blocks == 2  # 10 + 16*(4 - 0.9*r) <= 57 -> r >= 1.99
+    assert device.peak(plan("fp32", 16, 4, 1)) > 57 * MiB
+
+
+def test_recompute_at_larger_micro_batch_kept_only_when_faster():
+    # a device that idles at small micro-batches: big per-step overhead makes recompute at m=32 worth it
+    device = FakeDevice(overhead=0.5, recompute_cost=0.2)
+    budget = 80 * MiB
+    prob = problem(budget)
+    outcome = Tuner(device.measure(budget), prob).run()
+    probes = len(device.calls)
+    best = grid_best(device, prob)
+    assert outcome.chosen.strategy.recomputed_blocks > 0
+    assert outcome.chosen.samples_per_sec >= 0.95 * best.samples_per_sec
+    assert probes <= len(prob.micro_batches) * (device.blocks + 1) / 3
+
+
+def test_smaller_micro_batch_probed_while_faster():
+    device = FakeDevice(overhead=0.0, small_batch_bonus=0.05)  # CPU-like: smaller is faster
+    budget = 80 * MiB
+    prob = problem(budget)
+    outcome = Tuner(device.measure(budget), prob).run()
+    calls = list(device.calls)
+    best = grid_best(device, prob)
+    assert outcome.chosen.strategy.micro_batch == best.strategy.micro_batch < 16
+    assert not any(s.recomputed_blocks for s in calls), "recompute is pointless when smaller is faster"
+
+
+def test_nothing_fits_reports_closest_and_suggestions():
+    device = FakeDevice(fixed=200 * MiB)
+    outcome = Tuner(device.measure(100 * MiB), problem(100 * MiB)).run()
+    assert outcome.chosen is None
+    assert outcome.closest.strategy.micro_batch == 1 and outcome.closest.strategy.recomputed_blocks == 4
+    needed = int(int(device.peak(plan("fp32", 1, 64, 4))) / 0.95) + 1
+    assert outcome.suggestions[0] == f"a budget of at least {needed} bytes"
+
+
+def test_amp_rung_runs_before_accumulation_and_unsupported_is_noted():
+    device = FakeDevice(amp_factor=0.5)
+    budget = 100 * MiB  # fp32 m=64: 148 MiB over; fp16 m=64: 84 MiB fits
+    outcome = Tuner(device.measure(budget), problem(budget, amp_precisions=["fp16", "bf16"],
+                                            unsupported={"bf16": "no bf16 here"})).run()
+    assert [s.precision for s in device.calls] == ["fp32", "fp16"]
+    assert outcome.chosen.strategy.precision == "fp16" and outcome.chosen.strategy.accumulation == 1
+    assert outcome.notes == ["bf16 skipped: no bf16 here"]
+
+
+def test_no_recompute_option_is_respected():
+    device = FakeDevice(fixed=10 * MiB, per_sample=4 * MiB, saved=0.9 * MiB)
+    prob = problem(60 * MiB, max_accumulation=4, recompute=False)
+    outcome = Tuner(device.measure(60 * MiB), prob).run()
+    assert outcome.chosen is None and not any(s.recomputed_blocks for s in device.calls)
+    assert "recompute: set search.recompute to auto" in outcome.suggestions
+
+
+def test_failed_probes_are_kept_and_treated_as_too_big():
+    device = FakeDevice(recompute_cost=10.0)
+    measure = device.measure(80 * MiB)
+
+    def flaky(s) -> ProbeResult:
+        result = measure(s)
+        if s.micro_batch == 16:
+            return ProbeResult("oom", s, error="MemoryError: (ResourceExhausted)")
+        return result
+
+    outcome = Tuner(flaky, problem(80 * MiB)).run()
+    assert outcome.chosen.strategy.micro_batch == 8
+    assert "oom" in [p.status for p in outcome.probes]
+
+
+def test_choice_prefers_simpler_on_near_tie():
+    results = [
+        ProbeResult("fits", plan("fp32", 8, 8, 2), samples_per_sec=101.0),
+        ProbeResult("fits", plan("fp32", 4, 16, 0), samples_per_sec=100.0),
+        ProbeResult("over_budget", plan("fp32", 64, 1, 0), samples_per_sec=500.0),
+    ]
+    assert choose(results).strategy == plan("fp32", 4, 16, 0)
+
+
+def test_memory_model_fits_affine_and_recompute_savings():
+    model = MemoryModel(points([(32, 2, 0, 84), (16, 4, 0, 52), (16, 4, 4, 36)]))
+    assert model.predict(plan("fp32", 8, 8, 0)) == pytest.approx(36)
+    assert model.predict(plan("fp32", 32, 2, 2)) == pytest.approx(84 - 32 * 0.25 * 2)
+    assert MemoryModel([]).predict(plan("fp32", 8, 8, 0)) is None
+
+
+def test_memory_model_sets_the_unaccumulated_probe_apart():
+    # k=1 frees gradients before the next forward: 10 below the accumulating line, and so is its recompute
+    model = MemoryModel(points([(64, 1, 0, 138), (32, 2, 0, 84), (16, 4, 0, 52), (64, 1, 4, 74)]))
+    assert model.predict(plan("fp32", 8, 8, 0)) == pytest.approx(36)
+    assert model.predict(plan("fp32", 64, 1, 0)) == pytest.approx(138)
+    assert model.coefficient("accumulation") == pytest.approx(-10)
+    assert model.coefficient("recompute") == pytest.approx(0.25)
+    assert model.predict(plan("fp32", 64, 1, 2)) == pytest.approx(138 - 64 * 0.25 * 2)
+
+
+def test_recompute_at_a_larger_micro_batch_is_skipped_when_predicted_slower():
+    # accumulation cannot go below m=32 (max_accumulation 2) so recompute is needed at m=32; m=64 is no faster
+    # per sample and recompute costs 25% per block there too: its speed is predicted, not probed
+    device = FakeDevice(fixed=10 * MiB, per_sample=2 * MiB, saved=0.4 * MiB, overhead=0.0, recompute_cost=1.0)
+    prob = problem(70 * MiB, max_accumulation=2)  # m=32: 74 MiB > 66.5 limit; r=1 fits
+    outcome = Tuner(device.measure(70 * MiB), prob).run()
+    assert outcome.chosen.strategy.micro_batch == 32 and outcome.chosen.strategy.recomputed_blocks == 1
+    assert not any(s.micro_batch == 64 and s.recomputed_blocks for s in device.calls)
+    assert outcome.notes[-1].startswith("fp32 micro-batch 64 with recompute not probed: predicted")
+
+
+def test_boundary_is_predicted_where_a_walk_would_take_dozens_of_probes():
+    # 5040 has 60 divisors, all candidates here. The edge (m <= 72) has 29 candidates above it and 31 below:
+    # a walk from either end probes ~30, a bisection ~6; prediction jumps there from two points.
+    device = FakeDevice(fixed=100 * MiB, per_sample=1 * MiB, recompute_cost=10.0, small_batch_bonus=-0.001)
+    budget = int((100 + 72.5) * MiB / 0.95) + 1
+    prob = problem(budget, target=5040, max_accumulation=5040)
+    fits = [device.peak(plan("fp32", m, 5040 // m)) <= budget * 0.95 for m in prob.micro_batches]
+    assert fits.count(False) == 29 and fits.count(True) == 31
+    outcome = Tuner(device.measure(budget), prob).run()
+    assert outcome.chosen.strategy.micro_batch == 72
+    boundary = [s for s in device.calls if s.recomputed_blocks == 0 and s.micro_batch >= 72]
+    assert len(boundary) <= 4, [s.label() for s in device.calls]
+
+
+class NonMonotonic(FakeDevice):
+    """CPU-like: m=1 is fastest, but m=2 is slower than m=4 (a cache cliff)."""
+
+    def speed(self, s):
+        return {1: 130.0, 2: 90.0, 4: 120.0, 8: 100.0}.get(s.micro_batch, 50.0)
+
+
+def test_throughput_walk_tolerates_a_non_monotonic_step():
+    device = NonMonotonic(fixed=10 * MiB, per_sample=10 * MiB)
+    budget = int(95 * MiB / 0.95)  # m <= 8 fits
+    outcome = Tuner(device.measure(budget), problem(budget, target=64, recompute=False)).run()
+    assert outcome.chosen.strategy.micro_batch == 1, [s.label() for s in device.calls]
+
+
+def test_gpu_shapes_are_tuned_in_few_probes_and_near_the_best():
+    import sys
+
+    sys.path.insert(0, str(__import__("conftest").ROOT / "bench"))
+    from gpu_shapes import gpu_shapes, run
+
+    for shape in gpu_shapes():
+        row = run(shape)
+        assert row["probes"] <= 12, row
+        assert row["ratio"] >= 0.97 and row["fits"], row
+
+
+def test_bf16_is_compared_once_not_searched_again():
+    from fakes import gpu_shapes
+
+    shape = next(s for s in gpu_shapes() if s.name.startswith("BERT-base"))
+    device = shape.device
+    prob = problem(shape.budget_bytes, target=shape.target_batch, amp_precisions=["fp16", "bf16"],
+                   speed_rises_with_batch=True)
+    outcome = Tuner(device.measure(shape.budget_bytes), prob).run()
+    bf16 = [s for s in device.calls if s.precision == "bf16"]
+    assert len(bf16) == 1 and bf16[0] == outcome.chosen.strategy.with_(precision="bf16")
+    assert any(note.startswith("bf16 not searched further:") for note in outcome.notes)
+
+
+def test_every_probe_failing_alike_for_a_non_memory_reason_stops_the_tuning():
+    from vramtune.search import BuildFailure
+
+    def broken(s):
+        return ProbeResult("crashed", s, error="AttributeError: module 'paddle' has no attribute 'x'")
+    calls = []
+    with pytest.raises(BuildFailure) as stopped:
+        Tuner(lambda s: calls.append(s) or broken(s), problem(80 * MiB)).run()
+    assert len(calls) == 2
+    assert str(stopped.value) == ("every probe failed the same way, not for lack of memory: "
+                                  "AttributeError: module 'paddle' has no attribute 'x'")
+
+
+def test_crashes_by_signal_are_memory_like_and_do_not_stop_the_tuning():
+    device = FakeDevice(recompute_cost=10.0)
+    measure = device.measure(80 * MiB)
+
+    def killed_when_big(s):
+        return ProbeResult("crashed", s, error="killed by SIGKILL (likely the system OOM killer)") \
+            if s.micro_batch > 16 else measure(s)
+    outcome = Tuner(killed_when_big, problem(80 * MiB)).run()
+    assert outcome.chosen.strategy.micro_batch == 16

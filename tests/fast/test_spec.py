@@ -1,0 +1,63 @@
+"""Spec loading: every shipped config validates; every bad spec gets its exact message and exit code 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from bad_specs import CASES, MULTI
+from conftest import CONFIGS, SPECS, mlp_spec
+
+from vramtune.spec import load_spec
+
+
+def _file(write_spec, content):
+    return write_spec(content if isinstance(content, str) else mlp_spec(**content))
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")) + sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_specs_validate(path, cli):
+    code, _, err = cli("validate", path)
+    assert (code, err) == (0, f"ok: {path}\n")
+
+
+@pytest.mark.parametrize("case, content, expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_spec_exact_message(case, content, expected, cli, write_spec):
+    path = _file(write_spec, content)
+    code, out, err = cli("validate", path)
+    assert code == 2
+    assert err == expected.replace("F", str(path), 1) + "\n"
+    assert out == ""
+
+
+def test_all_problems_reported_at_once(cli, write_spec):
+    path = _file(write_spec, MULTI[0])
+    code, _, err = cli("validate", path)
+    assert code == 2
+    assert err.splitlines() == [line.replace("F", str(path), 1) for line in MULTI[1]]
+
+
+def test_validate_many_files_json(cli, write_spec):
+    good = CONFIGS / "mlp-python-cpu.yaml"
+    bad = _file(write_spec, {"headroom": 2})
+    code, out, _ = cli("validate", good, bad, "--json")
+    payload = json.loads(out)
+    assert code == 2 and payload["valid"] is False
+    assert [f["ok"] for f in payload["files"]] == [True, False]
+    assert payload["files"][1]["problems"] == [f"{bad}: headroom: must be in [0, 0.9), got 2"]
+
+
+def test_missing_file(cli, tmp_path):
+    code, _, err = cli("validate", tmp_path / "nope.yaml")
+    assert (code, err) == (2, f"error: {tmp_path / 'nope.yaml'}: no such file\n")
+
+
+def test_cli_overrides_apply_before_validation(tmp_path):
+    spec = load_spec(CONFIGS / "bert-mini-cpu.yaml", {"budget": "1GiB", "train.target_batch": 8, "device": "gpu:1"})
+    assert spec.budget == 2**30 and spec.train.target_batch == 8 and spec.device == "gpu:1"
+    unset = load_spec(CONFIGS / "bert-mini-cpu.yaml", {"budget": None, "device": None})  # None: the spec's own
+    assert unset.budget == 48 * 2**20 and unset.device == "cpu"
+
+
+def test_candidate_micro_batches_respect_accumulation_limit():
+    spec = load_spec(CONFIGS / "mlp-python-cpu.yaml", {"search.max_accumulation": 4})
+    assert spec.micro_batches() == [2048, 1024, 512]

@@ -1,0 +1,154 @@
+"""`apply`, `check`, the runtime helper and the PaddleNLP export, with real Paddle on CPU."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import CONFIGS, ROOT, mlp_spec
+
+pytestmark = pytest.mark.paddle
+
+
+@pytest.fixture(scope="module")
+def tuned_dir(tmp_path_factory):
+    """configs/mlp-python-cpu.yaml tuned once for this module, in its own folder and cache."""
+    folder = tmp_path_factory.mktemp("tuned")
+    shutil.copy(CONFIGS / "mlp-python-cpu.yaml", folder / "mlp.yaml")
+    return folder
+
+
+@pytest.fixture
+def tuned_file(tuned_dir, cli, monkeypatch):
+    monkeypatch.setenv("VRAMTUNE_CACHE", str(tuned_dir / "cache"))
+    out = tuned_dir / "mlp.tuned.yaml"
+    if not out.exists():
+        code, _, err = cli("apply", tuned_dir / "mlp.yaml")
+        assert code == 0, err
+        assert err.endswith(f"wrote {out}\n")
+    return out
+
+
+def test_apply_writes_spec_plus_tuned_section_keeping_comments(tuned_file):
+    text = tuned_file.read_text()
+    original = (CONFIGS / "mlp-python-cpu.yaml").read_text()
+    assert text.startswith(original.rstrip("\n"))  # comments and key order kept
+    tuned = yaml.safe_load(text)["tuned"]
+    assert tuned["micro_batch"] * tuned["accumulation"] == 2048
+    assert tuned["peak_bytes"] <= tuned["budget_bytes"] * (1 - tuned["headroom"])
+    assert set(tuned) >= {"precision", "recomputed_blocks", "block_path", "reserved_bytes", "samples_per_sec",
+                          "device", "paddle_version", "vramtune_version", "date"}
+
+
+def test_check_passes_then_fails_when_budget_drops_below_peak(tuned_file, cli, tmp_path):
+    code, out, err = cli("check", tuned_file, "--json")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "pass" and err.endswith("check: pass\n")
+    tuned = yaml.safe_load(tuned_file.read_text())["tuned"]
+    small = tmp_path / "small.tuned.yaml"
+    budget = tuned["peak_bytes"] // 2
+    small.write_text(re.sub(r"^budget: .*$", f"budget: {budget}", tuned_file.read_text(), flags=re.M))
+    code, out, err = cli("check", small, "--json")
+    verdict = json.loads(out)
+    assert code == 1 and verdict["status"] == "fail"
+    peak = verdict["measured"]["peak_bytes"]
+    limit = int(budget * 0.95)
+    assert f"peak {peak} bytes" in verdict["reasons"][0] and f"the limit {limit} bytes" in verdict["reasons"][0]
+    assert f"error: peak {peak} bytes" in err
+
+
+def test_check_fails_when_peak_grew_beyond_tolerance(tuned_file, cli, tmp_path):
+    tuned = yaml.safe_load(tuned_file.read_text())["tuned"]
+    grown = tmp_path / "grown.tuned.yaml"
+    grown.write_text(tuned_file.read_text().replace(f"peak_bytes: {tuned['peak_bytes']}",
+                                                    f"peak_bytes: {int(tuned['peak_bytes'] * 0.8)}"))
+    code, out, _ = cli("check", grown, "--json", "--tolerance", "0.05")
+    verdict = json.loads(out)
+    assert code == 1 and verdict["reasons"][0].startswith(f"peak grew from {int(tuned['peak_bytes'] * 0.8)} bytes")
+
+
+def test_apply_twice_without_force_keeps_first_file(tuned_file, cli):
+    before = tuned_file.read_bytes()
+    code, out, err = cli("apply", tuned_file.with_name("mlp.yaml"))
+    assert (code, out, err) == (2, "", f"error: {tuned_file} exists; pass --force to overwrite it\n")
+    assert tuned_file.read_bytes() == before
+
+
+def test_apply_force_on_a_tuned_file_replaces_its_tuned_section(tuned_file, cli, tmp_path):
+    again = tmp_path / "again.yaml"
+    code, _, err = cli("apply", tuned_file, "-o", again)
+    assert code == 0, err
+    assert again.read_text().count("\ntuned:") == 1
+
+
+def test_paddlenlp_export_loads_with_pdargumentparser(tuned_file, cli):
+    from paddlenlp.trainer import PdArgumentParser, TrainingArguments
+
+    out = tuned_file.with_name("mlp.tuned.json")
+    code, _, err = cli("apply", tuned_file.with_name("mlp.yaml"), "--format", "paddlenlp", "--force")
+    assert code == 0, err
+    tuned = yaml.safe_load(tuned_file.read_text())["tuned"]
+    (args,) = PdArgumentParser(TrainingArguments).parse_json_file(str(out))
+    assert args.per_device_train_batch_size == tuned["micro_batch"]
+    assert args.gradient_accumulation_steps == tuned["accumulation"]
+    assert (args.fp16, args.bf16, args.recompute) == (False, False, tuned["recomputed_blocks"] > 0)
+
+
+def test_paddlenlp_export_warns_about_partial_recompute():
+    from paddlenlp.trainer import PdArgumentParser, TrainingArguments
+
+    from vramtune.export.paddlenlp_args import paddlenlp_arguments
+    section = {"precision": "fp16", "micro_batch": 4, "accumulation": 8, "recomputed_blocks": 2,
+               "total_blocks": 12}
+    arguments, warnings = paddlenlp_arguments("bert", section, 5e-5)
+    assert warnings and warnings[0].startswith("recompute of 2 of 12 blocks does not map")
+    assert arguments["_vramtune_comment"] == warnings[0]
+    parser = PdArgumentParser(TrainingArguments)
+    args, remaining = parser.parse_args_into_dataclasses([f"--{k}={v}" for k, v in arguments.items()],
+                                                         return_remaining_strings=True)
+    assert args.recompute is True and args.fp16_opt_level == "O1"
+    assert remaining == [f"--_vramtune_comment={warnings[0]}"]
+
+
+def test_example_training_script_peaks_as_tuned(tuned_file):
+    shutil.copy(CONFIGS / "mlp_model.py", tuned_file.parent / "mlp_model.py")
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_tuned.py"), str(tuned_file),
+                           "--steps", "20"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["steps"] == 20
+    assert abs(result["peak_bytes"] - result["tuned_peak_bytes"]) <= 0.05 * result["tuned_peak_bytes"]
+
+
+def test_gpu_tuned_file_on_cpu_runs_a_smoke_probe(cli, write_spec):
+    spec = mlp_spec(device="gpu", budget="auto")
+    spec["tuned"] = {"precision": "fp16", "micro_batch": 512, "accumulation": 4, "recomputed_blocks": 2,
+                     "total_blocks": 6, "peak_bytes": 10**9, "reserved_bytes": 2 * 10**9,
+                     "device": "NVIDIA A100-SXM4-40GB", "device_kind": "gpu"}
+    code, out, err = cli("check", write_spec(spec, "gpu.tuned.yaml"), "--json")
+    verdict = json.loads(out)
+    assert code == 0, err
+    assert verdict["status"] == "smoke" and verdict["measured"]["status"] in ("fits", "over_budget")
+    assert verdict["measured"]["recomputed_blocks"] == 2 and verdict["measured"]["micro_batch"] == 1
+    assert "tuned on NVIDIA A100-SXM4-40GB, which this machine lacks" in verdict["notes"][0]
+
+
+def test_runtime_load_needs_a_tuned_section(tmp_path):
+    from vramtune import runtime
+    from vramtune.spec import SpecError
+    with pytest.raises(SpecError) as error:
+        runtime.load(CONFIGS / "mlp-python-cpu.yaml")
+    assert str(error.value) == f"{CONFIGS / 'mlp-python-cpu.yaml'}: tuned: is missing: write it with `vramtune apply SPEC.yaml`"
+
+
+def test_apply_when_nothing_fits_exits_1_and_writes_nothing(cli):
+    from conftest import SPECS
+    spec = SPECS / "rung-nothing.yaml"
+    out = spec.with_name("rung-nothing.tuned.yaml")
+    code, _, err = cli("apply", spec)
+    assert code == 1 and not out.exists()
+    assert err.splitlines()[-1] == f"error: nothing fits rung-nothing within the budget; see `vramtune probe {spec}`"

@@ -1,0 +1,255 @@
+"""Every fault is provoked for real (real Paddle on CPU, real signals, real files) and must become a
+classified, reported outcome: tuning goes on, saved results survive."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FAULTS, fault_spec
+
+pytestmark = pytest.mark.paddle
+
+
+def run_json(cli, *args):
+    code, out, err = cli(*args, "--json")
+    return code, json.loads(out) if out else None, err
+
+
+def saved_lines(cache: Path) -> list[dict]:
+    return [json.loads(line)["result"] for path in cache.glob("*/probes.jsonl") for line in path.read_text().splitlines()]
+
+
+def wait_until(condition, seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return condition()
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in state
+
+
+def test_real_oom_is_classified_and_tuning_continues(cli, write_spec, private_cache):
+    code, report, err = run_json(cli, "probe", write_spec(fault_spec("oom", lo=8)))
+    assert code == 0, err
+    ooms = [p for p in report["probes"] if p["status"] == "oom"]
+    assert ooms and "(ResourceExhausted)" in ooms[0]["error"]
+    assert report["chosen"]["micro_batch"] <= 8
+    assert {p["status"] for p in saved_lines(private_cache)} >= {"oom", "fits"}
+
+
+@pytest.mark.parametrize("mode, signal_name", [("sigkill", "SIGKILL"), ("segfault", "SIGSEGV")])
+def test_killed_probe_is_crashed_with_the_signal_named(cli, write_spec, mode, signal_name):
+    code, report, err = run_json(cli, "probe", write_spec(fault_spec(mode, lo=8)))
+    assert code == 0, err
+    crashed = [p for p in report["probes"] if p["status"] == "crashed"]
+    assert crashed and crashed[0]["error"].startswith(f"killed by {signal_name}")
+    assert report["chosen"]["micro_batch"] <= 8
+
+
+def test_hanging_probe_times_out_and_its_whole_group_is_ended(cli, write_spec, tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    spec = fault_spec("hang", lo=8, timeout=8)
+    spec["model"]["kwargs"]["pid_file"] = str(pid_file)
+    started = time.monotonic()
+    code, result, err = run_json(cli, "measure", write_spec(spec), "--micro-batch", 64)
+    assert code == 1, err  # measure: 0 only when the probe fits
+    assert result["status"] == "timeout"
+    assert result["error"] == "no result after 8s; the probe's process group was ended"
+    assert time.monotonic() - started < 40
+    grandchild = int(pid_file.read_text())
+    assert wait_until(lambda: process_gone(grandchild), 5)
+
+
+def test_non_finite_loss_is_unstable_and_never_chosen(cli, write_spec):
+    code, report, _ = run_json(cli, "probe", write_spec(fault_spec("nan", lo=8)))
+    assert code == 0
+    assert report["probes"][0]["status"] == "unstable"
+    assert report["probes"][0]["error"].startswith("non-finite loss")
+    assert report["chosen"]["micro_batch"] <= 8
+
+
+def test_factory_import_error_stops_at_once_with_exit_2(cli, write_spec):
+    spec = fault_spec("none")
+    spec["model"]["factory"] = "import_error_model:build"
+    path = write_spec(spec)
+    code, out, err = cli("probe", path)
+    assert (code, out) == (2, "")
+    assert "[ 2]" not in err  # one probe, not a ladder of identical failures
+    assert err.splitlines()[-1] == (
+        f"error: {path}: model.factory: 'import_error_model:build': importing 'import_error_model' failed: "
+        f"ImportError: No module named 'flash_attn' ({FAULTS / 'import_error_model.py'}:2)")
+
+
+def test_factory_build_error_exit_2(cli, write_spec, private_cache):
+    path = write_spec(fault_spec("build_error"))
+    code, _, err = cli("probe", path)
+    assert code == 2
+    assert err.splitlines()[-1] == f"error: {path}: model.factory: 'fault_models:build' raised ValueError: width must be even"
+    assert saved_lines(private_cache) == []  # a build error is not cached: fixing the code must be seen
+
+
+def _start_probe(spec_path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "vramtune", "probe", str(spec_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
+def _wait_for_line(process: subprocess.Popen, marker: str, timeout: float = 60) -> list[str]:
+    """stderr lines up to the first one holding `marker`; fails after `timeout` seconds without it. A reader
+    thread feeds a queue, so the wait is bounded even when the process prints nothing."""
+    _read_stderr(process)
+    lines, deadline = [], time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            line = process.lines.get(timeout=remaining)
+        except queue.Empty:
+            break
+        lines.append(line)
+        if marker in line:
+            return lines
+    raise AssertionError(f"no {marker!r} within {timeout}s in {lines}")
+
+
+def _read_stderr(process: subprocess.Popen) -> None:
+    """Start (once) a thread that moves the process's stderr lines into a queue and a list."""
+    if hasattr(process, "lines"):
+        return
+    process.lines, process.seen = queue.Queue(), []
+
+    def pump() -> None:
+        for line in process.stderr:
+            process.seen.append(line)
+            process.lines.put(line)
+    process.reader = threading.Thread(target=pump, daemon=True)
+    process.reader.start()
+
+
+def _finish(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """Wait for the process; its stdout and its whole stderr."""
+    _read_stderr(process)
+    process.wait(timeout=timeout)
+    out = process.stdout.read()
+    process.reader.join(timeout=10)
+    return out, "".join(process.seen)
+
+
+def lock_holder(cache: Path) -> str:
+    return "".join(path.read_text() for path in cache.glob("*/lock"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_interrupt_saves_finished_probes_and_next_run_resumes(write_spec, tmp_path, private_cache, sig):
+    pid_file = tmp_path / "grandchild.pid"
+    # every probe is over a 1 KiB budget; the second probe (micro-batch 16) hangs
+    spec = fault_spec("hang", lo=8, hi=32, timeout=300, budget=1024, search={"micro_batches": [64, 16]})
+    spec["model"]["kwargs"]["pid_file"] = str(pid_file)
+    path = write_spec(spec)
+    process = _start_probe(path)
+    _wait_for_line(process, "[ 1]")
+    assert wait_until(pid_file.exists)  # the second probe's model is hanging
+    process.send_signal(sig)
+    out, err = _finish(process, 60)
+    assert process.returncode == 130
+    report = json.loads(out)
+    assert report["interrupted"] and len(report["probes"]) == 1
+    assert "interrupted: finished probes are saved; run again to resume" in err
+    grandchild = int(pid_file.read_text())
+    assert wait_until(lambda: process_gone(grandchild), 5)
+    assert len(saved_lines(private_cache)) == 1
+
+    pid_file.unlink()
+    again = _start_probe(path)
+    lines = _wait_for_line(again, "[ 1]")
+    assert "(saved)" in lines[-1]
+    assert wait_until(pid_file.exists)
+    again.send_signal(signal.SIGTERM)
+    out, _ = _finish(again, 60)
+    assert again.returncode == 130 and json.loads(out)["reused"] == 1
+
+
+def test_corrupted_results_are_set_aside_and_good_ones_kept(cli, write_spec, private_cache):
+    path = write_spec(fault_spec("none"))
+    code, first, _ = run_json(cli, "probe", path)
+    assert code == 0
+    (results,) = list(private_cache.glob("*/probes.jsonl"))
+    good = results.read_text()
+    results.write_text(good + '{"format": 2, "vramtune": "0.2.0", "result": {"status": "fi')  # a torn write
+    code, second, err = run_json(cli, "probe", path)
+    assert code == 0 and second["reused"] == len(first["probes"])
+    assert "had 1 damaged or foreign line(s); moved to probes.jsonl.bad-" in err
+    assert results.read_text() == good
+    assert len(list(results.parent.glob("probes.jsonl.bad-*"))) == 1
+
+
+def test_results_from_another_version_are_set_aside(cli, write_spec, private_cache):
+    path = write_spec(fault_spec("none"))
+    run_json(cli, "probe", path)
+    (results,) = list(private_cache.glob("*/probes.jsonl"))
+    from vramtune import __version__
+    results.write_text(results.read_text().replace(f'"vramtune": "{__version__}"', '"vramtune": "0.1.0"'))
+    code, report, err = run_json(cli, "probe", path)
+    assert code == 0 and report["reused"] == 0
+    assert "damaged or foreign line(s)" in err
+
+
+def test_second_run_waits_for_the_lock_and_reuses_results(write_spec, private_cache):
+    path = write_spec(fault_spec("hang", lo=32, timeout=6))  # the first run's first probe takes 6 s
+    first = _start_probe(path)
+    assert wait_until(lambda: lock_holder(private_cache) == str(first.pid), 60)  # the first run holds the lock
+    second = _start_probe(path)
+    out1, _ = _finish(first, 120)
+    out2, err2 = _finish(second, 120)
+    assert first.returncode == 0 and second.returncode == 0
+    assert f"another vramtune run (pid {first.pid}) is tuning this spec (its results will be reused); waiting" in err2
+    assert json.loads(out2)["reused"] == len(json.loads(out1)["probes"])
+    lines = saved_lines(private_cache)
+    assert len(lines) == len(json.loads(out1)["probes"])  # no interleaved or duplicate writes
+
+
+def test_unwritable_cache_folder_is_a_clear_error(cli, write_spec, monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("VRAMTUNE_CACHE", str(blocker / "cache"))
+    code, _, err = cli("probe", write_spec(fault_spec("none")))
+    assert code == 2
+    assert re.fullmatch(rf"error: cannot create the results folder {re.escape(str(blocker / 'cache'))}/"
+                        r"[0-9a-f]{16}: Not a directory", err.splitlines()[-1])
+
+
+def test_apply_to_an_unwritable_path_is_a_clear_error(cli, write_spec):
+    code, _, err = cli("apply", write_spec(fault_spec("none")), "-o", "/dev/full/tuned.yaml")
+    assert code == 2
+    assert err.splitlines()[-1] == "error: cannot write /dev/full/tuned.yaml: Not a directory"
+
+
+def test_lock_file_holder_is_named(write_spec, private_cache):
+    """The waiting message names the pid that holds the lock (held here by this test process); the waiting run
+    measures nothing until the lock is released, then takes the lock itself."""
+    from vramtune.runner import ChildBackend
+    from vramtune.session import open_session
+    from vramtune.spec import load_spec
+    path = write_spec(fault_spec("none"))
+    store = open_session(load_spec(path), ChildBackend(), print).store
+    with store.locked(on_wait=print):
+        process = _start_probe(path)
+        lines = _wait_for_line(process, "waiting")
+        assert f"another vramtune run (pid {os.getpid()}) is tuning this spec" in lines[-1]
+        time.sleep(3)  # a probe takes about 3 s here: a run that did not wait would have saved one by now
+        assert process.poll() is None and saved_lines(private_cache) == []
+    assert wait_until(lambda: lock_holder(private_cache) == str(process.pid), 30)
+    _finish(process, 120)
+    assert process.returncode == 0 and saved_lines(private_cache)

@@ -1,0 +1,93 @@
+"""The real client: what vramtune exports for a PaddleNLP arguments file runs through PaddleNLP's own Trainer
+(tests/clients/trainer_run.py, a script of the kind the llm scripts are) and peaks where vramtune measured."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SPECS
+
+pytest.importorskip("paddlenlp")
+pytestmark = pytest.mark.paddle
+
+RUNNER = ROOT / "tests" / "clients" / "trainer_run.py"
+
+
+def arguments_file(tmp_path, model: str, **keys) -> tuple:
+    shutil.copytree(SPECS / model, tmp_path / model)
+    arguments = {"model_name_or_path": f"./{model}", "output_dir": "./checkpoints", "learning_rate": 3e-5,
+                 "per_device_train_batch_size": 16, "gradient_accumulation_steps": 1, "max_length": 256,
+                 "warmup_steps": 10, "seed": 7, **keys}
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps(arguments, indent=2))
+    return path, arguments
+
+
+def tune(cli, path, *flags):
+    out = path.with_name("tuned.json")
+    code, stdout, err = cli("apply", path, "--device", "cpu", "-o", out, "--json", *flags)
+    assert code == 0, err
+    return out, json.loads(stdout)["chosen"]
+
+
+def trainer_peak(path, cwd) -> dict:
+    done = subprocess.run([sys.executable, str(RUNNER), str(path)], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_llama_arguments_file_probe_apply_and_the_trainer_peaks_as_measured(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path, original = arguments_file(tmp_path, "tiny-llama")
+    code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json")
+    assert code == 0, err
+    assert json.loads(out)["chosen"]["peak_bytes"] <= 120 * 2**20 * 0.95
+    tuned_path, chosen = tune(cli, path, "--budget", "120MiB")
+    tuned = json.loads(tuned_path.read_text())
+    assert set(original) <= set(tuned)  # every key kept
+    assert {k: v for k, v in tuned.items() if k in original and k not in ("per_device_train_batch_size",
+            "gradient_accumulation_steps")} == {k: v for k, v in original.items() if k not in (
+            "per_device_train_batch_size", "gradient_accumulation_steps")}
+    assert tuned["per_device_train_batch_size"] * tuned["gradient_accumulation_steps"] == 16
+    assert (tuned["per_device_train_batch_size"], tuned["device"], tuned["do_train"]) == (chosen["micro_batch"], "cpu",
+                                                                                          True)
+    measured = trainer_peak(tuned_path, tmp_path)
+    assert abs(measured["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (measured, chosen)
+
+
+def test_llama_partial_recompute_exports_no_recompute_layers_the_trainer_reproduces(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-llama")
+    tuned_path, chosen = tune(cli, path, "--budget", "100MiB", "--max-accumulation", "2")
+    tuned = json.loads(tuned_path.read_text())
+    assert 0 < chosen["recomputed_blocks"] < chosen["total_blocks"] == 4, chosen
+    assert tuned["recompute"] is True and tuned["recompute_granularity"] == chosen["recompute_granularity"]
+    assert tuned["no_recompute_layers"] == list(range(chosen["recomputed_blocks"], 4))
+    measured = trainer_peak(tuned_path, tmp_path)
+    assert abs(measured["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (measured, chosen)
+
+
+def test_bert_sequence_classification_peaks_as_measured(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-bert", max_length=128, per_device_train_batch_size=32)
+    tuned_path, chosen = tune(cli, path, "--budget", "60MiB")
+    measured = trainer_peak(tuned_path, tmp_path)
+    assert abs(measured["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (measured, chosen)
+
+
+def test_gpt_recompute_is_exported_as_a_granularity_that_really_recomputes(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-gpt", max_length=128, per_device_train_batch_size=16)
+    tuned_path, chosen = tune(cli, path, "--budget", "60MiB", "--max-accumulation", "1")
+    tuned = json.loads(tuned_path.read_text())
+    assert chosen["recomputed_blocks"] == 4 and tuned["recompute"] is True
+    assert tuned["recompute_granularity"] == "core_attn"  # "full" recomputes nothing in PaddleNLP 2.8.1's GPT
+    recomputed = trainer_peak(tuned_path, tmp_path)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**tuned, "recompute": False}))
+    assert recomputed["peak_bytes"] < 0.9 * trainer_peak(plain, tmp_path)["peak_bytes"]
+    assert abs(recomputed["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (recomputed, chosen)

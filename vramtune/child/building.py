@@ -1,0 +1,62 @@
+"""Building a source's model in the child: the BuiltModel record and the one-sample shape check."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import paddle
+
+from vramtune.child.blocks import BlockError
+from vramtune.sources.base import Source
+from vramtune.text import error_line, looks_like_oom
+
+
+class BuildError(Exception):
+    """The spec's model cannot be built or does not accept the spec's data: a user error, not a probe result."""
+
+
+@dataclass
+class BuiltModel:
+    model: paddle.nn.Layer
+    make_batch: Callable[[int], Any]  # micro_batch -> batch
+    loss: Callable[[paddle.nn.Layer, Any], paddle.Tensor]  # (model, batch) -> scalar loss
+
+
+def random_tensor(batch: int, tensor: Any) -> paddle.Tensor:
+    """A random batch for one input (shape, dtype, high): integers from [0, high), floats from N(0, 1)."""
+    shape = [batch, *tensor.shape]
+    if tensor.dtype.startswith("int"):
+        return paddle.randint(0, tensor.high or 2, shape, dtype=tensor.dtype)
+    return paddle.randn(shape, dtype="float32").astype(tensor.dtype)
+
+
+def first_output(output: Any) -> paddle.Tensor:
+    """Logits (or a loss) from what forward() returned: a tensor, a tuple, or a ModelOutput."""
+    if isinstance(output, (tuple, list)):
+        return output[0]
+    if hasattr(output, "logits"):
+        return output.logits
+    return output
+
+
+def build_checked(source: Source, settings: Any, spec_dir: str, configure: Callable[[Any], None]) -> BuiltModel:
+    """Build and push one sample through, so shape errors surface as BuildError. Running out of memory while
+    building is a memory result, not bad input: it propagates as it is and the probe is classified `oom`."""
+    try:
+        built = source.build(settings, spec_dir, configure)
+    except (MemoryError, BuildError, BlockError):
+        raise
+    except Exception as error:
+        if looks_like_oom(str(error)):
+            raise
+        raise BuildError(f"model: building it failed: {type(error).__name__}: {error_line(str(error))}") from error
+    try:
+        with paddle.no_grad():
+            built.loss(built.model, built.make_batch(1))
+    except Exception as error:
+        if isinstance(error, MemoryError) or looks_like_oom(str(error)):
+            raise
+        detail = error_line(str(error))[:300]
+        raise BuildError(f"data: does not fit the model: one sample fails in forward: "
+                         f"{type(error).__name__}: {detail}") from error
+    return built

@@ -1,0 +1,79 @@
+"""PaddleNLP models' own recompute, switched on as PaddleNLP's Trainer does (`enable_recompute` on every layer that
+has it) with the model's own configuration: `recompute_granularity` (full | full_attn | core_attn) and, where the
+model reads it, `no_recompute_layers` (how "r of L" layers is expressed). Both are read when the model is built.
+
+What each architecture honours, read from PaddleNLP 2.8.1's modeling code (the order of their savings is not the
+one you would assume, so the search measures them):
+- llama, mixtral: full (whole decoder layer), full_attn, core_attn (attention only); no_recompute_layers.
+- qwen: full, core_attn.
+- gpt: core_attn only: "full" recomputes nothing in 2.8.1, and "full_attn" nests two recomputes and fails.
+- everything else with the switch (bert, ernie via PaddleNLP's TransformerEncoder, bloom, chatglm): every layer,
+  whatever the granularity; all layers or none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import paddle
+
+from vramtune.child.blocks import BlockError
+
+
+@dataclass(frozen=True)
+class Support:
+    granularities: tuple[str, ...]
+    partial: bool  # r of L layers through no_recompute_layers
+
+
+SUPPORT = {
+    "llama": Support(("full", "full_attn", "core_attn"), True),
+    "mixtral": Support(("full", "full_attn", "core_attn"), True),
+    "qwen": Support(("full", "core_attn"), False),
+    "gpt": Support(("core_attn",), False),
+}
+EVERY_LAYER = Support(("full",), False)
+
+
+def support(config: Any) -> Support:
+    return SUPPORT.get(getattr(config, "model_type", ""), EVERY_LAYER)
+
+
+def layer_count(config: Any) -> int:
+    return int(getattr(config, "num_hidden_layers", 0) or getattr(config, "num_layers", 0) or 0)
+
+
+def configure(config: Any, strategy: Any) -> None:
+    """Before the model is built: the granularity and which layers are not recomputed."""
+    recomputed, granularity = strategy.recomputed_blocks, strategy.recompute_granularity
+    layers, allowed = layer_count(config), support(config)
+    kind = getattr(config, "model_type", type(config).__name__)
+    if recomputed > layers:
+        raise BlockError(f"recomputed_blocks {recomputed} is more than the {layers} layers of this {kind} model")
+    if not recomputed:
+        return
+    if granularity not in allowed.granularities:
+        raise BlockError(f"recompute_granularity {granularity!r}: PaddleNLP's {kind} recomputes with "
+                         f"{', '.join(allowed.granularities)}")
+    if recomputed < layers and not allowed.partial:
+        raise BlockError(f"recomputed_blocks {recomputed}: PaddleNLP's {kind} recomputes all {layers} layers or none")
+    config.recompute = True
+    config.recompute_granularity = granularity
+    if allowed.partial:
+        config.no_recompute_layers = list(range(recomputed, layers)) or None
+
+
+def is_native(model: paddle.nn.Layer) -> bool:
+    return hasattr(model, "config") and any(hasattr(layer, "enable_recompute") for layer in model.sublayers())
+
+
+def enable(model: paddle.nn.Layer, strategy: Any) -> dict[str, Any]:
+    """After the model is built: switch recompute on as the Trainer does; what the result records."""
+    if strategy.recomputed_blocks:
+        for layer in model.sublayers(include_self=True):
+            if hasattr(layer, "enable_recompute") and not layer.enable_recompute:
+                layer.enable_recompute = True
+    allowed = support(model.config)
+    return {"total_blocks": layer_count(model.config),
+            "block_path": f"{getattr(model.config, 'model_type', 'paddlenlp')} layers (PaddleNLP's own recompute)",
+            "recompute_options": {"granularities": list(allowed.granularities), "partial": allowed.partial}}

@@ -1,0 +1,75 @@
+"""Training under a Strategy: AMP, gradient accumulation (recompute is applied to the model beforehand).
+
+The probe worker and `vramtune.runtime` both train through `StepRunner`, so users train exactly what was measured.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import paddle
+
+AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "Momentum"}
+STATELESS = ("sgd",)  # optimizers that keep no per-parameter state
+
+
+class StepRunner:
+    """Trains one micro-batch at a time under a strategy; steps the optimizer every `accumulation` calls."""
+
+    def __init__(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, strategy: Any):
+        self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0**15) if strategy.precision == "fp16" else None
+        self.pending = 0  # micro-batches since the last optimizer step
+
+    def micro_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> tuple[paddle.Tensor, bool]:
+        """Forward+backward one micro-batch; returns (unscaled loss, whether the optimizer stepped)."""
+        precision = self.strategy.precision
+        with paddle.amp.auto_cast(enable=precision != "fp32", dtype=AMP_DTYPES.get(precision, "float16"),
+                                  level="O1"):
+            loss = loss_fn(batch)
+        scaled = loss / self.strategy.accumulation
+        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        self.pending += 1
+        if self.pending < self.strategy.accumulation:
+            return loss, False
+        if self.scaler:
+            self.scaler.step(self.optimizer)  # skips the update when it finds inf/nan gradients
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.clear_grad()  # Paddle's default, as PaddleNLP's Trainer and most loops: grads kept, zeroed
+        self.pending = 0
+        return loss, True
+
+    def train_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> float:
+        """One optimizer step over `accumulation` micro-batches (the same batch); mean loss."""
+        total = 0.0
+        for _ in range(self.strategy.accumulation):
+            loss, _ = self.micro_step(loss_fn, batch)
+            total += float(loss)
+        return total / self.strategy.accumulation
+
+
+def make_optimizer(name: str, learning_rate: float, parameters) -> paddle.optimizer.Optimizer:
+    return getattr(paddle.optimizer, OPTIMIZERS[name])(learning_rate=learning_rate, parameters=parameters)
+
+
+def optimizer_state_ready(name: str, optimizer: paddle.optimizer.Optimizer) -> bool:
+    """Whether the optimizer's per-parameter state (Adam's moments, momentum's velocity) exists yet.
+
+    GradScaler skips optimizer.step() while it finds inf gradients (often in fp16's first steps); measuring
+    before the state exists would miss its bytes (8 per parameter for AdamW)."""
+    if name in STATELESS:
+        return True
+    return any(len(slots) for slots in getattr(optimizer, "_accumulators", {}).values())
+
+
+def state_bytes(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> int:
+    """Bytes of the weights, their gradients (alive during backward) and the optimizer's per-parameter state."""
+    def size(tensor: Any) -> int:
+        return int(tensor.numel()) * tensor.element_size()
+
+    weights = sum(size(p) for p in model.parameters())
+    trainable = sum(size(p) for p in model.parameters() if not p.stop_gradient)
+    state = sum(size(t) for slots in getattr(optimizer, "_accumulators", {}).values() for t in slots.values())
+    return weights + trainable + state

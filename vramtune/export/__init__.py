@@ -1,0 +1,49 @@
+"""Output formats for `vramtune apply`. Adding one: a module with NAME, SUFFIX and render(), one line here."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramtune.export import arguments_file, paddlenlp_args, yaml_spec
+from vramtune.files import write_atomic
+
+FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file)}
+
+
+class ExportError(Exception):
+    """The output cannot be written (exists without --force, unwritable folder, ...)."""
+
+
+def default_format(spec_path: Path) -> str:
+    """A PaddleNLP arguments file is written back as one; a YAML spec as YAML."""
+    return arguments_file.NAME if spec_path.suffix == ".json" else yaml_spec.NAME
+
+
+def default_output(spec_path: Path, format_name: str) -> Path:
+    stem = spec_path.name
+    for suffix in (".yaml", ".yml", ".json", ".tuned"):
+        stem = stem.removesuffix(suffix)
+    return spec_path.with_name(stem + FORMATS[format_name].SUFFIX)
+
+
+def check_format(format_name: str, spec_path: Path, spec: Any) -> None:
+    """Before any probing: the arguments format writes back an arguments file, yaml a YAML spec."""
+    if format_name == arguments_file.NAME and spec.arguments is None:
+        raise ExportError(f"--format arguments needs a PaddleNLP arguments file (.json); {spec_path} is a YAML spec")
+    if format_name == yaml_spec.NAME and spec.arguments is not None:
+        raise ExportError(f"--format yaml needs a YAML spec; {spec_path} is a PaddleNLP arguments file")
+
+
+def render(format_name: str, spec_path: Path, spec: Any, report: dict[str, Any]) -> tuple[str, list[str]]:
+    """The output file's text for `apply`, and any warnings."""
+    return FORMATS[format_name].render(spec_path, spec, report)
+
+
+def write(path: Path, text: str, force: bool) -> None:
+    """Write atomically; never over an existing file without `force`."""
+    if path.exists() and not force:
+        raise ExportError(f"{path} exists; pass --force to overwrite it")
+    try:
+        write_atomic(path, text)
+    except OSError as error:
+        raise ExportError(f"cannot write {path}: {error.strerror or error}") from error

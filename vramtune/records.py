@@ -1,0 +1,139 @@
+"""Typed, Paddle-free records for what crosses a boundary: the device, the budget, the probe job (everything
+the child needs) and the probe result. The child measures; the parent (Budget) decides what fits."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from vramtune.strategy import Strategy
+
+MEASURED_STATUSES = ("fits", "over_budget")
+STATUSES = ("fits", "over_budget", "oom", "crashed", "timeout", "unstable", "unsupported")
+
+
+@dataclass(frozen=True)
+class Device:
+    kind: str  # cpu | gpu
+    index: int
+    name: str
+    total_bytes: int
+    paddle_version: str
+    amp_unsupported: dict[str, str] = field(default_factory=dict)  # precision -> why it cannot run here
+
+    @property
+    def paddle_device(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"gpu:{self.index}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Device:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in names})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory a configuration may use: budget bytes less a headroom fraction."""
+
+    bytes: int
+    headroom: float
+
+    @property
+    def limit(self) -> float:
+        return self.bytes * (1 - self.headroom)
+
+    def fits(self, used: int | None) -> bool:
+        return used is not None and used <= self.limit
+
+    def needed_for(self, used: int) -> int:
+        """The smallest budget under which `used` bytes would fit."""
+        return int(used / (1 - self.headroom)) + 1
+
+
+@dataclass
+class ProbeJob:
+    """All the child needs for one probe, and nothing it could disagree with the parent about."""
+
+    source: str
+    model: dict[str, Any]  # the source's validated settings, as JSON
+    spec_path: str
+    optimizer: str
+    learning_rate: float
+    strategy: dict[str, Any]
+    device: dict[str, Any]
+    steps: int
+    warmup: int
+    block_path: str | None = None
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeJob:
+        return cls(**data)
+
+
+@dataclass
+class ProbeResult:
+    """One probe: the strategy, what was measured, and how it ended. `status` is decided by the parent for
+    measured probes (fits / over_budget) and by what happened otherwise."""
+
+    status: str
+    strategy: Strategy
+    peak_bytes: int | None = None
+    reserved_bytes: int | None = None
+    step_seconds: float | None = None
+    samples_per_sec: float | None = None
+    loss: float | None = None
+    total_blocks: int | None = None
+    block_path: str | None = None
+    budget_bytes: int | None = None
+    device: dict[str, Any] | None = None  # {name, kind}
+    paddle_version: str | None = None
+    error: str | None = None
+    error_kind: str | None = None  # "build": the model cannot be built (a user error)
+    optimizer_state: bool | None = None  # the optimizer's state existed when the peak was measured
+    state_bytes: int | None = None  # weights + gradients + optimizer state, counted in the child
+    recompute_options: dict[str, Any] | None = None  # a model's own recompute: {granularities, partial}
+    seconds: float = 0.0
+    rung: str | None = None
+    reused: bool = False
+
+    @property
+    def used_bytes(self) -> int | None:
+        """The memory that must fit: reserved where the device reports it (GPU), else allocated."""
+        return self.reserved_bytes if self.reserved_bytes is not None else self.peak_bytes
+
+    @property
+    def measured(self) -> bool:
+        return self.status in MEASURED_STATUSES
+
+    @property
+    def fits(self) -> bool:
+        return self.status == "fits" and bool(self.samples_per_sec)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"status": self.status, **self.strategy.to_json()}
+        for item in dataclasses.fields(self):
+            if item.name not in ("status", "strategy"):
+                data[item.name] = getattr(self, item.name)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeResult:
+        names = {f.name for f in dataclasses.fields(cls)} - {"strategy"}
+        return cls(strategy=Strategy.from_json(data), **{k: v for k, v in data.items() if k in names})
+
+    def judged(self, budget: Budget) -> ProbeResult:
+        """A measured result classified against the budget (the parent's decision, not the child's)."""
+        if self.status not in ("measured", *MEASURED_STATUSES):
+            return self
+        fits = budget.fits(self.used_bytes)
+        error = None if fits else (f"peak {self.used_bytes} bytes > {int(budget.limit)} bytes "
+                                   "(budget less headroom)")
+        return dataclasses.replace(self, status="fits" if fits else "over_budget", error=error,
+                                   budget_bytes=budget.bytes)

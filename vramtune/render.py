@@ -1,0 +1,177 @@
+"""Rendering for people (rich, on stderr) and machines (JSON, on stdout). No decisions are made here."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from vramtune.records import ProbeResult
+from vramtune.strategy import Strategy
+from vramtune.units import format_bytes
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+if not console.is_terminal:  # logs and CI: wide enough for the probe table
+    console.width = 140
+STATUS_STYLE = {"fits": "green", "over_budget": "yellow", "oom": "red", "crashed": "red", "timeout": "red",
+                "unstable": "magenta", "unsupported": "dim"}
+
+
+def emit_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=1, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def say(message: str) -> None:
+    """A plain line for people, on stderr (never read as markup)."""
+    console.print(message, markup=False)
+
+
+def error(message: str) -> None:
+    """One problem on stderr: in colour on a terminal, plain text elsewhere (logs, CI, tests)."""
+    if console.is_terminal:
+        console.print(f"[bold red]error:[/] {escape(message)}")
+    else:
+        print(f"error: {message}", file=sys.stderr)
+
+
+def warn(message: str) -> None:
+    if console.is_terminal:
+        console.print(f"[bold yellow]warning:[/] {escape(message)}")
+    else:
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def _throughput(value: float | None) -> str:
+    return f"{value:.1f}/s" if value else "-"
+
+
+def _status(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
+def _used(result: dict[str, Any]) -> int | None:
+    return ProbeResult.from_json(result).used_bytes
+
+
+class ProbeProgress:
+    """One line per probe as it finishes, with the rung, the strategy and the elapsed time; on an interactive
+    console also a live spinner for the running probe."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.count = 0
+        self.live: Progress | None = None
+
+    def __call__(self, rung: str, strategy: Strategy, result: ProbeResult | None) -> None:
+        elapsed = time.monotonic() - self.start
+        if result is None:
+            self.count += 1
+            if console.is_interactive and sys.stderr.isatty():  # not in CI logs, even under FORCE_COLOR
+                self.live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                     console=console, transient=True)
+                self.live.add_task(escape(f"[{self.count}] {rung}: probing {strategy.label()} "
+                                          f"(tuning for {elapsed:.0f}s)"))
+                self.live.start()
+            return
+        self.close()
+        used = result.used_bytes
+        reused = " (saved)" if result.reused else ""
+        detail = format_bytes(used) if used else escape((result.error or "")[:90])
+        console.print(f"  [{self.count:>2}] {rung:<12} {strategy.label():<28} {_status(result.status):<22} "
+                      f"{detail:<12} {_throughput(result.samples_per_sec):>9}  {elapsed:5.1f}s{reused}")
+
+    def close(self) -> None:
+        """Stop the live line (restores the cursor); safe to call twice, e.g. on Ctrl-C."""
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def probe_table(probes: list[dict[str, Any]], limit: float) -> Table:
+    table = Table(title="probes", title_justify="left", show_lines=False)
+    right = ("#", "micro", "accum", "recompute", "peak", "of limit", "samples/s")
+    for column in ("#", "rung", "precision", "micro", "accum", "recompute", "status", "peak", "of limit",
+                   "samples/s", "note"):
+        table.add_column(column, justify="right" if column in right else "left")
+    for index, result in enumerate(probes, 1):
+        used = _used(result)
+        total = result.get("total_blocks")
+        recompute = f"{result['recomputed_blocks']}/{total}" if total else str(result["recomputed_blocks"])
+        note = "" if result["status"] in ("fits", "over_budget") else escape((result.get("error") or "")[:60])
+        table.add_row(str(index), escape(result.get("rung") or "-"), result["precision"], str(result["micro_batch"]),
+                      str(result["accumulation"]), recompute, _status(result["status"]), format_bytes(used),
+                      f"{used / limit:.0%}" if used else "-", _throughput(result.get("samples_per_sec")), note)
+    return table
+
+
+def choice_line(report: dict[str, Any]) -> str:
+    """The one-line answer (plain text): what was chosen, or that nothing fits."""
+    chosen, limit = report["chosen"], report["limit_bytes"]
+    if chosen:
+        used = _used(chosen)
+        return (f"chosen: {chosen['precision']}, micro-batch {chosen['micro_batch']} x accumulation "
+                f"{chosen['accumulation']} = {report['target_batch']}, recompute {chosen['recomputed_blocks']}/"
+                f"{chosen.get('total_blocks') or 0} blocks; peak {format_bytes(used)} of {format_bytes(limit)} "
+                f"({used / limit:.0%}; budget {format_bytes(report['budget_bytes'])} less {report['headroom']:.0%} "
+                f"headroom), {chosen['samples_per_sec']:.1f} samples/s")
+    return (f"nothing fits {format_bytes(limit)} (budget {format_bytes(report['budget_bytes'])} less "
+            f"{report['headroom']:.0%} headroom) at target batch {report['target_batch']}.")
+
+
+def render_tuning(report: dict[str, Any]) -> None:
+    limit = report["limit_bytes"]
+    console.print(probe_table(report["probes"], limit))
+    for note in report["notes"]:
+        say(f"note: {note}")
+    if report["reused"]:
+        say(f"reused {report['reused']} saved probe(s) (--fresh re-probes)")
+    if report["interrupted"]:
+        console.print("[yellow]interrupted[/]: finished probes are saved; run again to resume")
+    elif report["chosen"]:
+        console.print(f"[bold green]chosen[/]: {escape(choice_line(report).removeprefix('chosen: '))}")
+    else:
+        console.print(f"[bold red]nothing fits[/] {escape(choice_line(report).removeprefix('nothing fits '))}")
+        closest = report["closest"]
+        if closest:
+            used = _used(closest)
+            say(f"closest: {Strategy.from_json(closest).label()} peaked at {format_bytes(used)}, "
+                f"{format_bytes(used - limit)} over ({used / limit:.0%} of the limit)")
+        for tip in report["suggestions"]:
+            say(f"  would fit with: {tip}")
+    say(f"{len(report['probes'])} probes in {report['seconds']:.1f}s on {report['device']['name']}")
+
+
+def render_measure(result: dict[str, Any]) -> None:
+    used = _used(result)
+    console.print(f"{escape(Strategy.from_json(result).label())}: {_status(result['status'])}")
+    if used:
+        reserved = result["reserved_bytes"]
+        say(f"  peak {format_bytes(result['peak_bytes'])} allocated"
+            + (f", {format_bytes(reserved)} reserved" if reserved else "")
+            + f" (budget {format_bytes(result['budget_bytes'])})")
+        say(f"  {result['step_seconds']:.3f}s per optimizer step, {result['samples_per_sec']:.1f} "
+            f"samples/s, loss {result['loss']}")
+    if result.get("total_blocks") is not None:
+        say(f"  repeated blocks found: {result['total_blocks']}")
+    if result.get("error"):
+        say(f"  {result['error']}")
+    if result.get("device"):
+        say(f"  on {result['device']['name']}, paddle {result['paddle_version']}")
+
+
+def render_check(verdict: dict[str, Any]) -> None:
+    for note in verdict["notes"]:
+        say(f"note: {note}")
+    if verdict["measured"]:
+        render_measure(verdict["measured"])
+    for reason in verdict["reasons"]:
+        error(reason)
+    status = verdict["status"]
+    style = {"pass": "green", "smoke": "green", "fail": "red"}[status]
+    console.print(f"check: [bold {style}]{status}[/]")

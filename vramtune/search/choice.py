@@ -1,0 +1,25 @@
+"""The choice: the fitting probe with the highest measured throughput; near-ties go to the simpler one."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from vramtune.mechanisms import MECHANISMS
+from vramtune.records import ProbeResult
+from vramtune.strategy import Strategy
+
+TIE = 0.02  # throughputs within 2% are a tie: the simpler configuration wins
+
+
+def complexity(strategy: Strategy) -> tuple[int, ...]:
+    """Fewer mechanisms in use first, then the later (costlier) mechanisms' weights: recompute, accumulation..."""
+    weights = [mechanism.weight(strategy) for mechanism in MECHANISMS]
+    return (sum(1 for w in weights if w), *reversed(weights))
+
+
+def choose(results: Iterable[ProbeResult]) -> ProbeResult | None:
+    fitting = [r for r in results if r.fits]
+    if not fitting:
+        return None
+    best = max(r.samples_per_sec for r in fitting)
+    contenders = [r for r in fitting if r.samples_per_sec >= best * (1 - TIE)]
+    return min(contenders, key=lambda r: (complexity(r.strategy), -r.samples_per_sec))

@@ -1,0 +1,173 @@
+"""The tuning session: a spec bound to a device, a budget, its saved results and a measuring backend.
+
+It owns what the CLI must not: locking, saved-result reuse, flag validation, turning build failures into user
+errors, and the JSON-ready report. The backend is pluggable (`runner.ChildBackend` for real probes, fake
+devices in tests), so every command's behaviour can be exercised without Paddle.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from vramtune import __version__
+from vramtune.export import ExportError
+from vramtune.mechanisms import MECHANISMS, strategy_fields
+from vramtune.records import Budget, Device, ProbeJob, ProbeResult
+from vramtune.runner import Backend, DeviceError
+from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
+from vramtune.sources import SOURCES
+from vramtune.spec import Problem, Spec, SpecError
+from vramtune.store import ResultStore, StoreError, device_lock_path, file_lock, spec_key
+from vramtune.strategy import Strategy
+
+Say = Callable[[str], None]
+
+
+USER_ERRORS = (SpecError, DeviceError, StoreError, BuildFailure, ExportError)  # exit code 2
+
+
+@dataclass
+class Session:
+    spec: Spec
+    device: Device
+    budget: Budget
+    store: ResultStore
+    backend: Backend
+
+
+def resolve_budget(spec: Spec, device: Device) -> int:
+    """The spec's budget, or the device's total memory for `auto` (GPU only: a CPU budget is virtual)."""
+    if spec.budget is not None:
+        return spec.budget
+    if device.kind == "cpu":
+        raise SpecError([Problem(spec.path, "budget", "is required on cpu (a size like 512MiB, or --budget): the "
+                                                      "CPU budget is virtual; 'auto' means a GPU's memory")])
+    return device.total_bytes
+
+
+def open_session(spec: Spec, backend: Backend, warn: Say, device: Device | None = None,
+                 budget_bytes: int | None = None) -> Session:
+    device = device or backend.describe(spec.device)
+    budget = Budget(budget_bytes or resolve_budget(spec, device), spec.headroom)
+    identity = SOURCES[spec.source].identity(spec.model, spec.base_dir)
+    return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device, identity), warn=warn), backend)
+
+
+def job_for(spec: Spec, strategy: Strategy, device: Device) -> ProbeJob:
+    return ProbeJob(source=spec.source, model=SOURCES[spec.source].to_json(spec.model), spec_path=spec.path,
+                    optimizer=spec.train.optimizer, learning_rate=spec.train.learning_rate,
+                    strategy=strategy.to_json(), device=device.to_json(), steps=spec.probe.steps,
+                    warmup=spec.probe.warmup, block_path=spec.block_path)
+
+
+def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
+    """One isolated probe, judged against the budget. A mechanism the device cannot run is `unsupported`."""
+    for mechanism in MECHANISMS:
+        reason = mechanism.unsupported(strategy, session.device)
+        if reason:
+            return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
+                               device={"name": session.device.name, "kind": session.device.kind},
+                               paddle_version=session.device.paddle_version)
+    job = job_for(session.spec, strategy, session.device)
+    with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
+        result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
+    return result.judged(session.budget)
+
+
+def measure_checked(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
+    """measure(), with a model that cannot be built turned into a user error."""
+    result = measure(session, strategy, on_wait)
+    if result.error_kind == "build":
+        raise BuildFailure(result.error)
+    return result
+
+
+def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
+    """The strategy `vramtune measure` was given; every bad flag is reported at once (exit 2)."""
+    problems = []
+    for field in strategy_fields():
+        value = values.get(field.name)
+        message = field.check(value) if value is not None else None
+        if message:
+            problems.append(Problem(spec.path, field.flag, message))
+    micro = values.get("micro_batch") or 0
+    if values.get("accumulation") is None:
+        if micro > 0 and spec.train.target_batch % micro:
+            problems.append(Problem(spec.path, "--micro-batch", (
+                f"{micro} does not divide train.target_batch {spec.train.target_batch}; "
+                "give --accumulation explicitly")))
+        values = {**values, "accumulation": max(1, spec.train.target_batch // max(micro, 1))}
+    if problems:
+        raise SpecError(problems)
+    return Strategy.from_json({k: v for k, v in values.items() if v is not None})
+
+
+def search_problem(session: Session) -> SearchProblem:
+    """What the search needs to know: the target, the candidates, the budget, what the device supports."""
+    spec = session.spec
+    return SearchProblem(
+        target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(), budget=session.budget,
+        amp_precisions=list(spec.search["precision"]), unsupported=dict(session.device.amp_unsupported),
+        recompute=spec.search["recompute"], max_accumulation=spec.search["accumulation"].max_accumulation,
+        speed_rises_with_batch=session.device.kind == "gpu")
+
+
+def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> dict[str, Any]:
+    """The JSON-ready result of a tuning run (also what `apply` reads back)."""
+    device = session.device
+    return {
+        "spec": session.spec.name,
+        "spec_path": session.spec.path,
+        "device": {"name": device.name, "kind": device.kind, "total_bytes": device.total_bytes},
+        "paddle_version": device.paddle_version,
+        "vramtune": __version__,
+        "budget_bytes": session.budget.bytes,
+        "headroom": session.budget.headroom,
+        "limit_bytes": int(session.budget.limit),
+        "target_batch": session.spec.train.target_batch,
+        "chosen": outcome.chosen.to_json() if outcome.chosen else None,
+        "probes": [probe.to_json() for probe in outcome.probes],
+        "notes": outcome.notes,
+        "closest": outcome.closest.to_json() if outcome.closest else None,
+        "suggestions": outcome.suggestions,
+        "reused": reused,
+        "interrupted": interrupted,
+        "seconds": round(seconds, 2),
+    }
+
+
+def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> dict[str, Any]:
+    """Run the ladder under the spec's lock; every probe is saved as soon as it finishes. Ctrl-C returns the
+    partial report (interrupted: true)."""
+    with session.store.locked(on_wait=on_wait):
+        start = time.monotonic()
+        if fresh:
+            session.store.clear()
+        saved = session.store.load()
+        reused = 0
+
+        def measure_saving(strategy: Strategy) -> ProbeResult:
+            nonlocal reused
+            if strategy in saved:
+                reused += 1
+                result = saved[strategy]
+                result.reused = True
+                return result
+            result = measure(session, strategy, on_wait)
+            if result.error_kind != "build":  # a build error is fixed in code the cache key may not see
+                session.store.save(result)
+            return result
+
+        tuner = Tuner(measure_saving, search_problem(session), progress)
+        interrupted = False
+        try:
+            outcome = tuner.run()
+        except KeyboardInterrupt:
+            interrupted = True
+            outcome = tuner.finish()
+        result = report(session, outcome, time.monotonic() - start, reused, interrupted)
+        if not interrupted:
+            session.store.save_summary(result)
+    return result
+

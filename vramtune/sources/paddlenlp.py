@@ -1,0 +1,188 @@
+"""PaddleNLP transformers through their own configuration: a built-in configuration name, a local folder holding
+config.json, or a config.json path; any architecture the installed PaddleNLP has. Weights are never loaded.
+
+Each task trains as PaddleNLP's Trainer trains it: the batch holds the keys the Trainer passes (input_ids and
+labels, or start/end positions) and the model computes its own loss.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vramtune.reading import positive
+from vramtune.sources.base import Source
+from vramtune.text import did_you_mean
+
+TASKS = {"causal-lm": "ForCausalLM", "sequence-classification": "ForSequenceClassification",
+         "token-classification": "ForTokenClassification", "question-answering": "ForQuestionAnswering"}
+
+
+@dataclass
+class PaddleNLPModel:
+    config: str  # a built-in name, or an absolute path to a folder with config.json or to the file
+    task: str | None = None  # None: from config.json's architectures, else sequence-classification
+    overrides: dict[str, Any] = field(default_factory=dict)
+    seq_len: int = 128
+    num_labels: int = 2
+
+    @property
+    def local(self) -> bool:
+        return Path(self.config).is_absolute()
+
+
+def looks_like_path(value: str) -> bool:
+    return "/" in value or value.endswith(".json") or value.startswith(".")
+
+
+def config_file(path: Path) -> Path:
+    return path / "config.json" if path.is_dir() else path
+
+
+def _transformers():
+    from vramtune.child.building import BuildError
+
+    try:
+        import paddlenlp.transformers as transformers
+    except ImportError as error:
+        raise BuildError(f"model.source: paddlenlp needs PaddleNLP: pip install 'vramtune[nlp]' ({error})") from error
+    return transformers
+
+
+def builtin_names(transformers: Any) -> dict[str, type]:
+    """Built-in configuration name -> its configuration class, over every architecture PaddleNLP has."""
+    names: dict[str, type] = {}
+    for attribute in dir(transformers):
+        candidate = getattr(transformers, attribute, None)
+        known = getattr(candidate, "pretrained_init_configuration", None)
+        if attribute.endswith("Config") and isinstance(known, dict):
+            names.update(dict.fromkeys(known, candidate))
+    return names
+
+
+def load_config(settings: PaddleNLPModel) -> Any:
+    """The configuration, without any download: a built-in name or a local config.json."""
+    from vramtune.child.building import BuildError
+
+    transformers = _transformers()
+    if settings.local:
+        path = config_file(Path(settings.config))
+        config = transformers.AutoConfig.from_pretrained(str(path))
+        if type(config) is transformers.AutoConfig or not type(config).__name__.endswith("Config"):
+            model_type = getattr(config, "model_type", None)
+            raise BuildError(f"model.config: {path}: PaddleNLP has no architecture for it (architectures: "
+                             f"{getattr(config, 'architectures', None)}, model_type: {model_type!r})")
+        return config
+    names = builtin_names(transformers)
+    if settings.config not in names:
+        raise BuildError(f"model.config: {settings.config!r} is neither a local folder nor a built-in PaddleNLP "
+                         f"configuration name{did_you_mean(settings.config, names)}")
+    return names[settings.config].from_pretrained(settings.config)
+
+
+def task_class(config: Any, task: str | None) -> tuple[type, str]:
+    """The model class for a task, found next to the configuration's class (e.g. LlamaConfig ->
+    paddlenlp.transformers.llama.modeling.LlamaForCausalLM); the task defaults to config.json's."""
+    import importlib
+
+    from vramtune.child.building import BuildError
+
+    prefix = type(config).__name__.removesuffix("Config")
+    package = type(config).__module__.rsplit(".", 1)[0]
+    modeling = importlib.import_module(f"{package}.modeling")
+    has = [name for name, suffix in TASKS.items() if hasattr(modeling, prefix + suffix)]
+    if task is None:
+        declared = [name for name, suffix in TASKS.items()
+                    if any(a.endswith(suffix) for a in getattr(config, "architectures", None) or [])]
+        task = (declared or ["sequence-classification"])[0]
+    if task not in has:
+        raise BuildError(f"model.task: {prefix} has no {task} model in PaddleNLP (it has: {', '.join(has) or 'none'})")
+    return getattr(modeling, prefix + TASKS[task]), task
+
+
+def loss_of(output: Any) -> Any:
+    """The loss a PaddleNLP model returns when given labels: a ModelOutput, a dict or a tuple."""
+    if hasattr(output, "loss") and output.loss is not None:
+        return output.loss
+    if isinstance(output, dict):
+        return output["loss"]
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+class PaddleNLP(Source):
+    name = "paddlenlp"
+    settings = PaddleNLPModel
+
+    def read(self, model, data):
+        config = model.get("config", str)
+        task = model.get("task", str, None, choices=tuple(TASKS))
+        overrides = model.get("overrides", dict, {}) or {}
+        if config and looks_like_path(config):
+            path = (Path(model.file).resolve().parent / config).resolve()
+            if not path.exists():
+                model.fail("config", f"{config!r}: no such folder or file")
+                config = None
+            elif not config_file(path).is_file():
+                model.fail("config", f"{config!r}: the folder has no config.json (its model configuration; "
+                                     "weights are never loaded)")
+                config = None
+            else:
+                config = str(path)
+        seq_len = data.get("seq_len", int, check=positive(1 << 20))
+        num_labels = data.get("num_labels", int, 2, check=positive())
+        if None in (config, seq_len, num_labels):
+            return None
+        return PaddleNLPModel(config, task, overrides, seq_len, num_labels)
+
+    def identity(self, settings: PaddleNLPModel, spec_dir: str) -> dict[str, Any]:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("paddlenlp")
+        except metadata.PackageNotFoundError:
+            version = None
+        identity: dict[str, Any] = {"paddlenlp": version}
+        if settings.local:
+            identity["config_json"] = hashlib.sha256(config_file(Path(settings.config)).read_bytes()).hexdigest()[:16]
+        return identity
+
+    def build(self, settings: PaddleNLPModel, spec_dir: str, configure):
+        import paddle
+
+        from vramtune.child.building import BuildError, BuiltModel
+
+        config = load_config(settings)
+        unknown = [key for key in settings.overrides if not hasattr(config, key)]
+        if unknown:
+            raise BuildError(f"model.overrides: {unknown[0]!r} is not a field of {type(config).__name__}"
+                             f"{did_you_mean(unknown[0], vars(config))}")
+        for key, value in settings.overrides.items():
+            setattr(config, key, value)
+        config.num_labels = settings.num_labels
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit and settings.seq_len > limit:
+            raise BuildError(f"data.seq_len: {settings.seq_len} exceeds the model's max_position_embeddings ({limit})")
+        model_class, task = task_class(config, settings.task)
+        configure(config)  # e.g. the recompute granularity and layers, read while the model is built
+        net = model_class(config)
+        vocab, seq_len, labels = config.vocab_size, settings.seq_len, settings.num_labels
+
+        def make_batch(batch: int) -> dict[str, Any]:
+            ids = paddle.randint(1, vocab, [batch, seq_len])  # id 0 is often the padding/ignored label
+            if task == "causal-lm":
+                return {"input_ids": ids, "labels": paddle.randint(1, vocab, [batch, seq_len])}
+            if task == "token-classification":
+                return {"input_ids": ids, "labels": paddle.randint(0, labels, [batch, seq_len])}
+            if task == "question-answering":
+                return {"input_ids": ids, "start_positions": paddle.randint(0, seq_len, [batch]),
+                        "end_positions": paddle.randint(0, seq_len, [batch])}
+            return {"input_ids": ids, "labels": paddle.randint(0, labels, [batch])}
+
+        def loss(model, batch):
+            return loss_of(model(**batch))
+
+        return BuiltModel(net, make_batch, loss)
+
+
+SOURCE = PaddleNLP()

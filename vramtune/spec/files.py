@@ -1,0 +1,69 @@
+"""Spec files: YAML reading with located syntax errors, command-line overrides, and the tuned: section."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vramtune.reading import Problem, SpecError, read_spec_text
+from vramtune.spec.arguments import read_arguments, spec_from_arguments
+from vramtune.spec.schema import Spec, spec_from_dict
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file; a missing file or a syntax error becomes a SpecError with the line."""
+    file = str(path)
+    text = read_spec_text(Path(path))
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise SpecError([Problem(file, "", f"{where}YAML syntax error: {problem}")]) from None
+    if raw is None:
+        raise SpecError([Problem(file, "", "is empty")])
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys (e.g. 'train.target_batch') on a copy of a raw spec; None values are skipped."""
+    result = yaml.safe_load(yaml.safe_dump(raw))
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = result
+        *parents, last = dotted.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[last] = value
+    return result
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
+    """Read and validate one spec file (YAML, or a PaddleNLP arguments JSON), with command-line overrides applied
+    first."""
+    arguments = None
+    if Path(path).suffix == ".json":
+        arguments = read_arguments(Path(path))
+        raw = spec_from_arguments(arguments, str(path))
+    else:
+        raw = read_yaml(path)
+    if overrides and isinstance(raw, dict):
+        raw = apply_overrides(raw, overrides)
+    spec = spec_from_dict(raw, str(path))
+    spec.arguments = arguments
+    return spec
+
+
+def require_tuned(spec: Spec) -> dict[str, Any]:
+    """The `tuned:` section written by `vramtune apply`, or a SpecError saying how to get one."""
+    if not spec.tuned:
+        raise SpecError([Problem(spec.path, "tuned", "is missing: write it with `vramtune apply SPEC.yaml`")])
+    if "recompute_layers" in spec.tuned and "recomputed_blocks" not in spec.tuned:
+        raise SpecError([Problem(spec.path, "tuned", "was written by vramtune 0.1 (recompute_layers); "
+                                                     "rerun `vramtune apply` to rewrite it")])
+    return spec.tuned

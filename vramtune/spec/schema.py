@@ -1,0 +1,141 @@
+"""The spec's top level: the records a validated spec becomes, and the reader that builds them. The model
+source reads `model:`/`data:`, each mechanism reads its keys under `search:`."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vramtune.mechanisms import MECHANISMS
+from vramtune.reading import Problem, Section, SpecError, describe, positive
+from vramtune.sources import SOURCES
+from vramtune.units import SizeError, parse_size
+
+OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|gpu|gpu:\d+)$")
+
+
+@dataclass
+class TrainSettings:
+    target_batch: int
+    optimizer: str = "adamw"
+    learning_rate: float = 5.0e-5
+
+
+@dataclass
+class ProbeSettings:
+    steps: int = 3
+    warmup: int = 1
+    timeout: float = 300.0
+
+
+@dataclass
+class Spec:
+    name: str
+    source: str
+    model: Any  # the source's settings (its model: and data: keys)
+    train: TrainSettings
+    block_path: str | None = None  # model.block_path: the container(s) of repeated blocks; None = detect
+    device: str = "auto"
+    budget: int | None = None  # None = auto (the device's total memory)
+    headroom: float = 0.05
+    search: dict[str, Any] = field(default_factory=dict)  # mechanism name -> its search settings
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    tuned: dict[str, Any] | None = None  # written by `vramtune apply`
+    arguments: dict[str, Any] | None = None  # the PaddleNLP arguments file this spec was read from, if any
+    path: str = "<spec>"
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_dir(self) -> str:
+        return str(Path(self.path).resolve().parent)
+
+    def micro_batches(self) -> list[int]:
+        """The micro-batch candidates that reach the target batch, largest first."""
+        return self.search["accumulation"].candidates(self.train.target_batch)
+
+
+def _read_budget(root: Section) -> int | None:
+    root.seen.add("budget")
+    value = root.data.get("budget", "auto")
+    if value == "auto":
+        return None
+    try:
+        return parse_size(value)
+    except SizeError as error:
+        root.fail("budget", f"{error} (or 'auto' on a GPU)")
+        return None
+
+
+def _read_model(root: Section) -> tuple[str | None, Any, str | None]:
+    """(source name, the source's settings, block path); the source reads both model: and data:."""
+    model = root.sub("model", required=True)
+    data = root.sub("data", required=True)
+    if model is None:
+        if data is not None:
+            data.skip_rest()
+        return None, None, None
+    name = model.get("source", str, choices=tuple(SOURCES))
+    block_path = model.get("block_path", str, None)
+    settings = None
+    if name:
+        settings = SOURCES[name].read(model, data or Section([], "", "", {}))
+    else:  # the source is already reported; its keys cannot be judged
+        model.skip_rest()
+        if data is not None:
+            data.skip_rest()
+    model.finish()
+    if data is not None:
+        data.finish()
+    return name, settings, block_path
+
+
+def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
+    """Validate a parsed spec; raise SpecError listing every problem."""
+    problems: list[Problem] = []
+    if not isinstance(raw, dict):
+        raise SpecError([Problem(file, "", f"must be a mapping, got {describe(raw)}")])
+    root = Section(problems, file, "", raw)
+    name = root.get("name", str, Path(file).stem)
+    source, settings, block_path = _read_model(root)
+
+    section = root.sub("train", required=True)
+    train = TrainSettings(target_batch=0)
+    if section is not None:
+        train = TrainSettings(
+            target_batch=section.get("target_batch", int, check=positive(1 << 20)),
+            optimizer=section.get("optimizer", str, "adamw", choices=OPTIMIZERS),
+            learning_rate=section.get("learning_rate", float, 5.0e-5, check=positive()),
+        )
+        section.finish()
+
+    device = root.get("device", str, "auto", check=lambda v: None if DEVICE_PATTERN.match(v) else
+                      f"must be auto, cpu, gpu or gpu:N, got {v!r}")
+    budget = _read_budget(root)
+    headroom = root.get("headroom", float, 0.05,
+                        check=lambda v: None if 0 <= v < 0.9 else f"must be in [0, 0.9), got {v}")
+    section = root.sub("search")
+    search = {mechanism.name: mechanism.read_search(section) for mechanism in MECHANISMS}
+    section.finish()
+
+    section = root.sub("probe")
+    probe = ProbeSettings(
+        steps=section.get("steps", int, 3, check=positive(1000)),
+        warmup=section.get("warmup", int, 1, check=positive(1000)),
+        timeout=section.get("timeout", float, 300.0, check=positive()),
+    )
+    section.finish()
+    tuned = root.get("tuned", dict, None)
+    root.finish()
+
+    accumulation = search["accumulation"]
+    if train.target_batch and not accumulation.candidates(train.target_batch):
+        allowed = f"micro_batches {accumulation.micro_batches}" if accumulation.micro_batches else "any micro-batch"
+        problems.append(Problem(file, "train.target_batch", (
+            f"{train.target_batch} cannot be reached: no micro-batch in {allowed} divides it "
+            f"with accumulation <= {accumulation.max_accumulation}")))
+    if problems:
+        raise SpecError(problems)
+    return Spec(name=name, source=source, model=settings, train=train, block_path=block_path, device=device,
+                budget=budget, headroom=headroom, search=search, probe=probe, tuned=tuned, path=file, raw=raw)
