@@ -19,6 +19,7 @@ import resource
 import signal
 from dataclasses import dataclass, field
 
+from vramtune.mechanisms.sharding import MECHANISM as SHARDING
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.strategy import Strategy
 
@@ -47,17 +48,24 @@ class FakeDevice:
     name: str = "fake cpu"
     card_bytes: int = 64 * GiB
     fragmentation: float = 0.0  # reserved = allocated * (1 + this), rounded up to BLOCK (GPU)
+    dp_buffer: float = 0.0  # data parallel's fused gradient buffers (several ranks, no sharding)
     noise: float = 0.0
     amp_unsupported: dict[str, str] = field(default_factory=dict)
     calls: list[Strategy] = field(default_factory=list)
 
     def device(self) -> Device:
-        return Device(self.kind, 0, self.name, self.card_bytes, "0.0-fake", dict(self.amp_unsupported))
+        return Device(self.kind, 0, self.name, self.card_bytes, "0.0-fake", dict(self.amp_unsupported), count=8)
 
     def peak(self, s: Strategy) -> float:
         scale = self.amp_factor if s.precision != "fp32" else 1.0
         activations = s.micro_batch * scale * (self.per_sample - self.saved * s.recomputed_blocks)
-        return self.fixed + activations - (self.k1_saving if s.accumulation == 1 else 0.0)
+        sharded = SHARDING.known_saving(s, self.counts())  # each rank keeps 1/N of what its stage partitions
+        buffers = self.dp_buffer if s.devices > 1 and not s.sharding_stage else 0.0
+        return self.fixed + activations - (self.k1_saving if s.accumulation == 1 else 0.0) - sharded + buffers
+
+    def counts(self) -> dict[str, float]:
+        """fixed = weights (1/4) + gradients (1/4) + optimizer state (1/2), as for fp32 AdamW."""
+        return {"weight": self.fixed / 4, "gradient": self.fixed / 4, "optimizer": self.fixed / 2}
 
     def reserved(self, s: Strategy) -> int | None:
         if self.kind != "gpu":
@@ -78,7 +86,9 @@ class FakeDevice:
         self.calls.append(s)
         if self.amp_unsupported.get(s.precision):
             return ProbeResult("unsupported", s, error=self.amp_unsupported[s.precision])
-        base = ProbeResult("measured", s, total_blocks=self.blocks, block_path="blocks", state_bytes=int(self.fixed),
+        counts = self.counts()
+        base = ProbeResult("measured", s, total_blocks=self.blocks, block_path="blocks", weight_bytes=int(counts["weight"]),
+                           gradient_bytes=int(counts["gradient"]), optimizer_bytes=int(counts["optimizer"]),
                            device={"name": self.name, "kind": self.kind}, paddle_version="0.0-fake")
         used = self.reserved(s) or self.peak(s)
         limit = min(self.card_bytes, budget.bytes) if self.kind == "gpu" else math.inf

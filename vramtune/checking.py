@@ -27,7 +27,7 @@ def _smoke(spec: Spec, strategy: Strategy, backend: Backend, why: str, on_wait: 
                               spec.path)
     device = backend.describe("cpu")
     session = open_session(cpu_spec, backend, on_wait, device=device, budget_bytes=device.total_bytes)
-    smoke = strategy.with_(precision="fp32", micro_batch=1,
+    smoke = strategy.with_(precision="fp32", micro_batch=1, devices=1, sharding_stage=0,
                            accumulation=min(strategy.accumulation, SMOKE_MAX_ACCUMULATION))
     result = measure(session, smoke, on_wait)
     trained = result.measured
@@ -57,6 +57,8 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
         missing = f"tuned on {tuned_name}, which this machine lacks ({error})"
     else:
         missing = None if info.kind == tuned_kind else f"tuned on {tuned_kind} ({tuned_name}), running on {info.kind}"
+        if not missing and info.kind == "gpu" and strategy.devices > info.count:
+            missing = f"tuned on {strategy.devices} GPUs, this machine has {info.count}"
     if missing:
         if strict:
             return _verdict("fail", None, [f"{missing}; --strict needs the tuned device"], [])

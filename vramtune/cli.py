@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import importlib.util
 import inspect
 import os
 import signal
@@ -16,7 +17,7 @@ from typing import Any, Callable, List, Optional
 import click
 import typer
 
-from vramtune import __version__, checking, export, render, session
+from vramtune import __version__, chart, checking, export, render, session
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.runner import Backend, ChildBackend
 from vramtune.spec import Problem, SpecError, load_spec
@@ -246,6 +247,25 @@ def make_app(backend: Backend) -> typer.Typer:
         if json_output:
             render.emit_json(verdict)
         raise typer.Exit(EXIT_NO_FIT if verdict["status"] == "fail" else EXIT_OK)
+
+    @app.command()
+    @exits_cleanly
+    def plot(spec_path: Path = SpecArg,
+             output: Path = typer.Option(Path("memory.png"), "--output", "-o", help="the PNG to write"),
+             budget: Optional[str] = BudgetOpt, device: Optional[str] = DeviceOpt,
+             target_batch: Optional[int] = TargetOpt) -> None:
+        """Draw the saved probes: peak memory against micro-batch, the budget line, the choice (a PNG)."""
+        if importlib.util.find_spec("matplotlib") is None:
+            raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
+        spec = load_spec(spec_path, overrides(budget, device, target_batch))
+        result = session.open_session(spec, backend, warn=render.warn).store.load_summary()
+        if result is None:
+            raise export.ExportError(f"no saved results for {spec.name}: run `vramtune probe {spec_path}` first")
+        try:
+            chart.plot_png(result, output)
+        except OSError as error:
+            raise export.ExportError(f"cannot write {output}: {error.strerror or error}") from error
+        render.say(f"wrote {output}")
 
     @app.command()
     def validate(

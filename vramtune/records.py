@@ -20,6 +20,7 @@ class Device:
     total_bytes: int
     paddle_version: str
     amp_unsupported: dict[str, str] = field(default_factory=dict)  # precision -> why it cannot run here
+    count: int = 1  # devices of this kind on the machine (GPUs; CPU cores for CPU ranks)
 
     @property
     def paddle_device(self) -> str:
@@ -97,8 +98,12 @@ class ProbeResult:
     error: str | None = None
     error_kind: str | None = None  # "build": the model cannot be built (a user error)
     optimizer_state: bool | None = None  # the optimizer's state existed when the peak was measured
-    state_bytes: int | None = None  # weights + gradients + optimizer state, counted in the child
+    weight_bytes: int | None = None  # counted in the child (per rank)
+    gradient_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    rank_peak_bytes: list[int] | None = None  # every rank's peak; peak_bytes is the largest
     recompute_options: dict[str, Any] | None = None  # a model's own recompute: {granularities, partial}
+    batchnorm_layers: int | None = None
     seconds: float = 0.0
     rung: str | None = None
     reused: bool = False
@@ -109,6 +114,12 @@ class ProbeResult:
         return self.reserved_bytes if self.reserved_bytes is not None else self.peak_bytes
 
     @property
+    def state_bytes(self) -> int | None:
+        """Weights + gradients + optimizer state: what does not grow with the micro-batch."""
+        parts = (self.weight_bytes, self.gradient_bytes, self.optimizer_bytes)
+        return None if None in parts else sum(parts)
+
+    @property
     def measured(self) -> bool:
         return self.status in MEASURED_STATUSES
 
@@ -116,11 +127,23 @@ class ProbeResult:
     def fits(self) -> bool:
         return self.status == "fits" and bool(self.samples_per_sec)
 
+    def breakdown(self) -> dict[str, int] | None:
+        """What fills the peak: the counted weights, gradients and optimizer state, the activations and
+        temporaries (the rest of the allocated peak), and on GPU what the allocator reserved beyond it."""
+        if self.peak_bytes is None or self.state_bytes is None:
+            return None
+        parts = {"weights": self.weight_bytes, "gradients": self.gradient_bytes,
+                 "optimizer_state": self.optimizer_bytes, "activations": self.peak_bytes - self.state_bytes}
+        if self.reserved_bytes is not None:
+            parts["fragmentation"] = self.reserved_bytes - self.peak_bytes
+        return parts
+
     def to_json(self) -> dict[str, Any]:
         data = {"status": self.status, **self.strategy.to_json()}
         for item in dataclasses.fields(self):
             if item.name not in ("status", "strategy"):
                 data[item.name] = getattr(self, item.name)
+        data["breakdown"] = self.breakdown()
         return data
 
     @classmethod

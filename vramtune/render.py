@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from vramtune.chart import text_chart
 from vramtune.records import ProbeResult
 from vramtune.strategy import Strategy
 from vramtune.units import format_bytes
@@ -114,19 +115,32 @@ def choice_line(report: dict[str, Any]) -> str:
     """The one-line answer (plain text): what was chosen, or that nothing fits."""
     chosen, limit = report["chosen"], report["limit_bytes"]
     if chosen:
-        used = _used(chosen)
+        used, devices, stage = _used(chosen), chosen.get("devices", 1), chosen.get("sharding_stage", 0)
+        granularity = chosen.get("recompute_granularity", "full")
         return (f"chosen: {chosen['precision']}, micro-batch {chosen['micro_batch']} x accumulation "
-                f"{chosen['accumulation']} = {report['target_batch']}, recompute {chosen['recomputed_blocks']}/"
-                f"{chosen.get('total_blocks') or 0} blocks; peak {format_bytes(used)} of {format_bytes(limit)} "
+                f"{chosen['accumulation']}" + (f" x {devices} devices" if devices > 1 else "")
+                + f" = {report['target_batch']}, recompute {chosen['recomputed_blocks']}/"
+                f"{chosen.get('total_blocks') or 0} blocks" + (f" ({granularity})" if granularity != "full" else "")
+                + (f", sharding stage {stage}" if stage else "")
+                + f"; peak {format_bytes(used)} of {format_bytes(limit)} "
                 f"({used / limit:.0%}; budget {format_bytes(report['budget_bytes'])} less {report['headroom']:.0%} "
                 f"headroom), {chosen['samples_per_sec']:.1f} samples/s")
     return (f"nothing fits {format_bytes(limit)} (budget {format_bytes(report['budget_bytes'])} less "
             f"{report['headroom']:.0%} headroom) at target batch {report['target_batch']}.")
 
 
+def render_breakdown(chosen: dict[str, Any]) -> None:
+    parts = chosen.get("breakdown")
+    if parts:
+        say("  what fills its peak: " + ", ".join(f"{name.replace('_', ' ')} {format_bytes(size)}"
+                                                  for name, size in parts.items()))
+
+
 def render_tuning(report: dict[str, Any]) -> None:
     limit = report["limit_bytes"]
     console.print(probe_table(report["probes"], limit))
+    for line in text_chart(report["probes"], limit, report["chosen"]):
+        console.print(line)
     for note in report["notes"]:
         say(f"note: {note}")
     if report["reused"]:
@@ -135,6 +149,7 @@ def render_tuning(report: dict[str, Any]) -> None:
         console.print("[yellow]interrupted[/]: finished probes are saved; run again to resume")
     elif report["chosen"]:
         console.print(f"[bold green]chosen[/]: {escape(choice_line(report).removeprefix('chosen: '))}")
+        render_breakdown(report["chosen"])
     else:
         console.print(f"[bold red]nothing fits[/] {escape(choice_line(report).removeprefix('nothing fits '))}")
         closest = report["closest"]

@@ -14,10 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
+from vramtune.mechanisms import MECHANISMS
+from vramtune.ranks import launcher_env, marked, merge, rank_logs, read_rank_results
 from vramtune.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
 from vramtune.strategy import Strategy
 from vramtune.text import error_line, looks_like_oom
@@ -60,25 +63,37 @@ def gpu_memory_limit_env(device: Device, budget_bytes: int) -> dict[str, str]:
     return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20))}
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: Linux sends SIGKILL to it when the parent dies, even by SIGKILL."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _die_with_parent(signum: int) -> Callable[[], None]:
+    """In the child before exec: Linux sends it `signum` when the parent dies, even by SIGKILL."""
+    def arm() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    return arm
 
 
 class ChildProcess:
-    """One worker run in a new session (process group), ended with its whole group on timeout or interrupt."""
+    """One worker (or launcher) run in a new session, ended with everything it started on timeout or interrupt.
 
-    def __init__(self, argv: list[str], env: dict[str, str], stderr_path: str):
-        self.argv, self.env, self.stderr_path = argv, env, stderr_path
+    Everything it starts inherits a unique environment marker, so even processes that moved to sessions of their
+    own (the launcher's ranks) are found and ended. A launcher is asked first (SIGTERM: it ends its ranks), and
+    dies with us; its ranks die with it (they arm PR_SET_PDEATHSIG themselves)."""
+
+    GRACE = 5.0  # seconds a launcher gets to end its ranks
+
+    def __init__(self, argv: list[str], env: dict[str, str], stderr_path: str, cwd: str | None = None,
+                 graceful: bool = False):
+        self.marker = uuid.uuid4().hex
+        self.argv, self.stderr_path, self.cwd, self.graceful = argv, stderr_path, cwd, graceful
+        self.env = {**env, "VRAMTUNE_PROBE": self.marker}
         self.process: subprocess.Popen | None = None
 
     def run(self, timeout: float) -> ChildOutcome:
         start = time.monotonic()
+        death = signal.SIGTERM if self.graceful else signal.SIGKILL
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=stderr,
-                                            stderr=stderr, start_new_session=True,
-                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                            stderr=stderr, start_new_session=True, cwd=self.cwd,
+                                            preexec_fn=_die_with_parent(death) if sys.platform == "linux" else None)
             timed_out = False
             try:
                 self.process.wait(timeout=timeout)
@@ -89,20 +104,31 @@ class ChildProcess:
                 self.kill()
                 raise
             finally:
-                self.kill_group()  # grandchildren the model started must not outlive the probe
+                self.sweep()  # grandchildren the model started must not outlive the probe
         return ChildOutcome(self.process.returncode, timed_out, _tail(self.stderr_path), time.monotonic() - start)
 
     def kill(self) -> None:
-        """SIGKILL the child's own process group (which we created), then reap the child."""
+        """End the child's group (a launcher gets a grace period to end its ranks), then reap the child."""
         if self.process is None or self.process.returncode is not None:
             return
-        self.kill_group()
+        if self.graceful:
+            self._signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=self.GRACE)
+        self._signal_group(signal.SIGKILL)
         self.process.wait()
 
-    def kill_group(self) -> None:
+    def _signal_group(self, signum: int) -> None:
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(self.process.pid, signum)
+
+    def sweep(self) -> None:
+        """SIGKILL whatever still carries this run's marker (only processes it started do)."""
+        self._signal_group(signal.SIGKILL)
+        for pid in marked(self.marker):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _tail(path: str, lines: int = 40) -> str:
@@ -130,8 +156,10 @@ def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: flo
 
 
 def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
-               job: dict[str, Any] | None = None) -> tuple[ChildOutcome, dict[str, Any] | None]:
-    """Run the worker once in a temporary folder; returns the outcome and its JSON result, if any."""
+               job: dict[str, Any] | None = None, launcher: list[str] | None = None,
+               ranks: int = 1, device_kind: str = "cpu") -> tuple[ChildOutcome, dict[str, Any] | None]:
+    """Run the worker once in a temporary folder (its working folder too: the launcher's logs go there);
+    returns the outcome and its JSON result (the ranks' merged into one), if any."""
     with tempfile.TemporaryDirectory(prefix="vramtune-") as folder:
         out = os.path.join(folder, "result.json")
         if job is not None:
@@ -139,11 +167,17 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
             Path(job_path).write_text(json.dumps(job), encoding="utf-8")
             arguments = [*arguments, "--job", job_path]
         argv, env = child_command([*arguments, "--out", out], extra_env)
-        outcome = ChildProcess(argv, env, os.path.join(folder, "stderr.txt")).run(timeout)
-        try:
-            payload = json.loads(Path(out).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            payload = None
+        if launcher:
+            argv, env = [*launcher, *argv[3:]], launcher_env(env, ranks, device_kind)
+        outcome = ChildProcess(argv, env, os.path.join(folder, "stderr.txt"), cwd=folder,
+                               graceful=bool(launcher)).run(timeout)
+        if launcher:
+            payload = merge(read_rank_results(out, ranks), rank_logs(folder, ranks))
+        else:
+            try:
+                payload = json.loads(Path(out).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                payload = None
     return outcome, payload
 
 
@@ -162,8 +196,10 @@ class ChildBackend:
 
     def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult:
         """One probe; on a GPU the child's allocator is capped at the budget, so over-budget configs OOM there."""
-        device = Device.from_json(job.device)
-        outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json())
+        device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
+        launcher = next((argv for argv in (m.launcher(strategy) for m in MECHANISMS) if argv), None)
+        outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json(),
+                                      launcher, getattr(strategy, "devices", 1), device.kind)
         return result_from(job, classify(outcome, payload, timeout), outcome.seconds)
 
 
@@ -171,7 +207,8 @@ def result_from(job: ProbeJob, outcome: dict[str, Any], seconds: float) -> Probe
     """A ProbeResult from what the child (or its classification) said."""
     device = job.device
     keys = ("peak_bytes", "reserved_bytes", "step_seconds", "samples_per_sec", "loss", "total_blocks",
-            "block_path", "error", "error_kind", "optimizer_state", "state_bytes", "recompute_options")
+            "block_path", "error", "error_kind", "optimizer_state", "weight_bytes", "gradient_bytes", "optimizer_bytes",
+            "rank_peak_bytes", "recompute_options", "batchnorm_layers")
     return ProbeResult(status=outcome["status"], strategy=Strategy.from_json(job.strategy),
                        device={"name": device["name"], "kind": device["kind"]},
                        paddle_version=device["paddle_version"], seconds=round(seconds, 3),

@@ -48,9 +48,13 @@ class Plan:
         return config
 
     def prepare(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer):
-        """Apply the mechanisms to the model (recompute) and bind the optimizer; returns (model, optimizer)."""
+        """Apply the mechanisms to the model (recompute) and, with several ranks, set up data parallel or fleet
+        sharding as the probes did (run the script under `python -m paddle.distributed.launch --nproc_per_node
+        N`); returns the (possibly wrapped) model and optimizer to train with."""
         for mechanism in MECHANISMS:
             mechanism.prepare_model(model, self.strategy, self.block_path)
+        for mechanism in MECHANISMS:
+            model, optimizer = mechanism.prepare_training(model, optimizer, self.strategy)
         self.runner = StepRunner(model, optimizer, self.strategy)
         return model, optimizer
 

@@ -92,25 +92,44 @@ def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
         if message:
             problems.append(Problem(spec.path, field.flag, message))
     micro = values.get("micro_batch") or 0
+    devices = values.get("devices") or spec.devices
+    per_rank = spec.train.target_batch // devices
     if values.get("accumulation") is None:
-        if micro > 0 and spec.train.target_batch % micro:
+        if micro > 0 and per_rank % micro:
             problems.append(Problem(spec.path, "--micro-batch", (
-                f"{micro} does not divide train.target_batch {spec.train.target_batch}; "
-                "give --accumulation explicitly")))
-        values = {**values, "accumulation": max(1, spec.train.target_batch // max(micro, 1))}
+                f"{micro} does not divide train.target_batch {spec.train.target_batch}"
+                + (f" over {devices} devices" if devices > 1 else "") + "; give --accumulation explicitly")))
+        values = {**values, "accumulation": max(1, per_rank // max(micro, 1))}
+    values["devices"] = devices
     if problems:
         raise SpecError(problems)
     return Strategy.from_json({k: v for k, v in values.items() if v is not None})
 
 
+def sharding_stages(spec: Spec, device: Device) -> tuple[list[int], dict[str, str]]:
+    """The sharding stages the search may try (none with one rank or `search.sharding: off`), and why the
+    others cannot run on this device."""
+    from vramtune.mechanisms.sharding import MECHANISM, STAGES
+
+    if spec.devices < 2 or not spec.search["sharding"]:
+        return [0], {}
+    reasons = {stage: MECHANISM.unsupported(Strategy(devices=spec.devices, sharding_stage=stage), device)
+               for stage in STAGES}
+    return ([stage for stage, why in reasons.items() if not why],
+            {f"sharding stage {stage}": why for stage, why in reasons.items() if why})
+
+
 def search_problem(session: Session) -> SearchProblem:
     """What the search needs to know: the target, the candidates, the budget, what the device supports."""
     spec = session.spec
+    stages, skipped = sharding_stages(spec, session.device)
     return SearchProblem(
         target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(), budget=session.budget,
         amp_precisions=list(spec.search["precision"]), unsupported=dict(session.device.amp_unsupported),
         recompute=spec.search["recompute"], max_accumulation=spec.search["accumulation"].max_accumulation,
-        speed_rises_with_batch=session.device.kind == "gpu")
+        speed_rises_with_batch=session.device.kind == "gpu", devices=spec.devices, sharding_stages=stages,
+        skipped=skipped, min_micro_batch=spec.search["accumulation"].min_micro_batch,
+        to_static=spec.search["to_static"])
 
 
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> dict[str, Any]:

@@ -17,8 +17,8 @@ class _StrategyMethods:
 
     @property
     def batch(self) -> int:
-        """Samples per optimizer step on one device."""
-        return self.micro_batch * self.accumulation
+        """Samples per optimizer step, over every data-parallel rank."""
+        return self.micro_batch * self.accumulation * getattr(self, "devices", 1)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
@@ -33,11 +33,13 @@ class _StrategyMethods:
                 raise ValueError(f"{field.name} must be an integer, got {value!r}")
             if field.type is str and not isinstance(value, str):
                 raise ValueError(f"{field.name} must be a string, got {value!r}")
+            if field.type is bool and not isinstance(value, bool):
+                raise ValueError(f"{field.name} must be true or false, got {value!r}")
             values[field.name] = value
         return cls(**values)
 
     def label(self) -> str:
-        return " ".join(mechanism.label(self) for mechanism in MECHANISMS)
+        return " ".join(part for part in (mechanism.label(self) for mechanism in MECHANISMS) if part)
 
     def with_(self, **changes: Any) -> Strategy:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]

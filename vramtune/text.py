@@ -13,11 +13,15 @@ def did_you_mean(value: object, options: Iterable[object]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def error_lines(text: str) -> list[str]:
+    """The lines naming an error or an out-of-memory."""
+    return [line.strip() for line in text.splitlines() if "Error" in line or any(m in line for m in OOM_MARKERS)]
+
+
 def error_line(text: str, last: bool = False, default: str = "") -> str:
     """The informative line of a (often very long) Paddle error text: one naming an error or an OOM."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    keyed = [line for line in lines if "Error" in line or any(m in line for m in OOM_MARKERS)]
-    chosen = keyed or lines or [default]
+    chosen = error_lines(text) or lines or [default]
     return (chosen[-1] if last else chosen[0])[:400]
 
 

@@ -302,3 +302,40 @@ def test_cpu_budget_auto_is_refused(fake_cli, write_spec):
     assert (code, out, backend.jobs) == (2, "", [])
     assert err == (f"error: {path}: budget: is required on cpu (a size like 512MiB, or --budget): the CPU budget is "
                    "virtual; 'auto' means a GPU's memory\n")
+
+
+def test_measure_with_ranks_and_sharding_stages_the_cpu_cannot_run(fake_cli, write_spec):
+    cli, backend = fake_cli(small())
+    path = write_spec(mlp_spec(devices=2))
+    code, out, err = cli("measure", path, "-m", 256, "--sharding-stage", 2, "--json")
+    result = json.loads(out)
+    assert code == 0 and result["status"] == "unsupported" and backend.jobs == []
+    assert err.startswith("fp32 m=256 k=4 r=0 n=2 s=2: unsupported")
+    assert result["error"].startswith("sharding stage 2 (group_sharded_parallel) runs on GPU only")
+    code, out, _ = cli("measure", path, "-m", 256, "--sharding-stage", 1, "--json")
+    result = json.loads(out)
+    assert (result["devices"], result["accumulation"], result["sharding_stage"]) == (2, 4, 1)  # 2048 = 256 x 4 x 2
+
+
+def test_devices_must_share_the_target_batch(fake_cli, write_spec):
+    cli, _ = fake_cli(small())
+    path = write_spec(mlp_spec(devices=3))
+    code, _, err = cli("validate", path)
+    assert (code, err) == (2, f"error: {path}: train.target_batch: 2048 cannot be shared by 3 devices: it must be "
+                              "a multiple of them\n")
+
+
+def test_check_on_a_runner_with_fewer_gpus_smokes_or_fails_strictly(fake_cli, write_spec):
+    card = FakeDevice(kind="gpu", name="fake A100", card_bytes=80 * 2**30, per_sample=MiB / 20)
+    cli, _ = fake_cli(card)
+    spec = mlp_spec(device="gpu", budget="auto", devices=16)
+    spec["tuned"] = {"precision": "fp16", "micro_batch": 128, "accumulation": 1, "devices": 16, "sharding_stage": 1,
+                     "peak_bytes": 10**9, "device": "fake A100", "device_kind": "gpu"}
+    path = write_spec(spec, "many.tuned.yaml")
+    code, out, _ = cli("check", path, "--json")
+    verdict = json.loads(out)
+    assert code == 0 and verdict["status"] == "smoke"
+    assert verdict["notes"][0].startswith("tuned on 16 GPUs, this machine has 8")
+    assert (verdict["measured"]["devices"], verdict["measured"]["sharding_stage"]) == (1, 0)
+    code, _, _ = cli("check", path, "--strict")
+    assert code == 1

@@ -249,3 +249,73 @@ def test_crashes_by_signal_are_memory_like_and_do_not_stop_the_tuning():
             if s.micro_batch > 16 else measure(s)
     outcome = Tuner(killed_when_big, problem(80 * MiB)).run()
     assert outcome.chosen.strategy.micro_batch == 16
+
+
+def test_two_ranks_choose_sharding_stage_1_when_it_fits_the_whole_batch():
+    # 2 ranks, 64 samples each: stage 0 needs 80 + 64*0.5 + 10 (buffers) = 122 MiB; stage 1 saves 20 MiB of
+    # optimizer state and the buffers: 92 MiB, within a 100 MiB budget
+    device = FakeDevice(fixed=80 * MiB, per_sample=0.5 * MiB, saved=0, dp_buffer=10 * MiB)
+    prob = problem(100 * MiB, target=128, micro_batches=divisors(64), devices=2, sharding_stages=[0, 1])
+    outcome = Tuner(device.measure(100 * MiB), prob).run()
+    chosen = outcome.chosen.strategy
+    assert (chosen.devices, chosen.sharding_stage, chosen.micro_batch, chosen.accumulation) == (2, 1, 64, 1)
+    assert len(device.calls) == 2
+
+
+def test_sharding_stages_2_and_3_are_predicted_from_the_counted_state():
+    # stage 1 is measured; stage 2 (gradients too) is predicted to fit and verified; stage 3 is never needed
+    device = FakeDevice(fixed=160 * MiB, per_sample=0.5 * MiB, saved=0, kind="gpu", card_bytes=1 << 40)
+    prob = problem(150 * MiB, target=128, micro_batches=divisors(64), devices=2, sharding_stages=[0, 1, 2, 3])
+    outcome = Tuner(device.measure(150 * MiB), prob).run()
+    assert [s.sharding_stage for s in device.calls] == [0, 1, 2]
+    assert outcome.chosen.strategy.sharding_stage == 2
+
+
+def test_batchnorm_models_get_a_micro_batch_floor_and_the_report_says_what_it_cost():
+    class BatchNormFake(FakeDevice):
+        def result(self, s, budget):
+            result = super().result(s, budget)
+            result.batchnorm_layers = 20
+            return result
+
+    device = BatchNormFake(overhead=0.0, small_batch_bonus=0.05, recompute_cost=0.1)  # smaller is faster
+    budget = 80 * MiB
+    outcome = Tuner(device.measure(budget), problem(budget)).run()
+    assert outcome.chosen.strategy.micro_batch >= 16
+    note = next(n for n in outcome.notes if n.startswith("micro-batch floor 16 applied"))
+    assert "the model has 20 BatchNorm layers" in note and "the fastest below it: fp32 m=" in note
+    free = Tuner(device.measure(budget), problem(budget, min_micro_batch=1)).run()
+    assert free.chosen.strategy.micro_batch < 16  # the spec may lower the floor
+
+
+class Fp16Overflows(FakeDevice):
+    """fp16 with the default op lists goes non-finite; fp16-safe and bf16 train."""
+
+    def result(self, s, budget):
+        result = super().result(s, budget)
+        if s.precision == "fp16" and result.measured:
+            result.status, result.error = "unstable", "non-finite loss: [nan]"
+        return result
+
+
+@pytest.mark.parametrize("bf16, chosen", [(False, "fp16-safe"), (True, "bf16")])
+def test_fp16_going_nan_falls_back_to_bf16_then_to_fp16_safe(bf16, chosen):
+    device = Fp16Overflows(amp_factor=0.5, amp_speed=2.0, kind="gpu", card_bytes=1 << 40)
+    budget = 100 * MiB  # fp32 m=64: 148 MiB over; AMP m=64: 84 MiB fits
+    unsupported = {} if bf16 else {"bf16": "no bf16 here"}
+    outcome = Tuner(device.measure(budget), problem(budget, amp_precisions=["fp16", "bf16"], unsupported=unsupported,
+                                                    speed_rises_with_batch=True)).run()
+    assert outcome.chosen.strategy.precision == chosen
+    assert outcome.chosen.strategy.micro_batch == 64
+    if not bf16:
+        assert "fp16 was unstable (non-finite loss): trying fp16-safe (overflow-prone ops in fp32)" in outcome.notes
+
+
+def test_fp16_safe_exports_the_op_list():
+    from vramtune.export.paddlenlp_args import tuned_arguments
+    from vramtune.mechanisms.precision import SAFE_BLACK_LIST
+
+    arguments, _ = tuned_arguments({"precision": "fp16-safe", "micro_batch": 8, "accumulation": 2,
+                                    "recomputed_blocks": 0, "total_blocks": 4}, "adamw", "gpu")
+    assert (arguments["fp16"], arguments["bf16"], arguments["fp16_opt_level"]) == (True, False, "O1")
+    assert arguments["amp_custom_black_list"] == list(SAFE_BLACK_LIST)

@@ -13,14 +13,14 @@ import paddle.nn as nn
 
 
 class Faulty(nn.Layer):
-    def __init__(self, mode: str, lo: int, hi: int, pid_file: str | None):
+    def __init__(self, mode: str, lo: int, hi: int, pid_file: str | None, rank: int | None):
         super().__init__()
-        self.mode, self.lo, self.hi, self.pid_file = mode, lo, hi, pid_file
+        self.mode, self.lo, self.hi, self.pid_file, self.rank = mode, lo, hi, pid_file, rank
         self.blocks = nn.LayerList([nn.Linear(32, 32) for _ in range(2)])
         self.head = nn.Linear(32, 4)
 
     def forward(self, x):
-        bad = self.lo < x.shape[0] <= self.hi
+        bad = self.lo < x.shape[0] <= self.hi and self.rank in (None, int(os.environ.get("PADDLE_TRAINER_ID", "0")))
         if bad:
             self.misbehave()
         for block in self.blocks:
@@ -41,15 +41,17 @@ class Faulty(nn.Layer):
             child = subprocess.Popen(["sleep", "600"])
             if self.pid_file:
                 with open(self.pid_file, "w") as handle:
-                    handle.write(str(child.pid))
+                    handle.write(f"{child.pid} {os.getpid()}")
             time.sleep(600)
         elif self.mode == "raise":
             raise RuntimeError("the model's forward failed")
 
 
-def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | None = None) -> nn.Layer:
+def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | None = None,
+          rank: int | None = None) -> nn.Layer:
+    """rank: misbehave on that data-parallel rank only (all ranks when None)."""
     if mode == "build_error":
         raise ValueError("width must be even")
     if mode == "not_a_layer":
         return "a string"
-    return Faulty(mode, lo, hi, pid_file)
+    return Faulty(mode, lo, hi, pid_file, rank)

@@ -71,7 +71,7 @@ def test_hanging_probe_times_out_and_its_whole_group_is_ended(cli, write_spec, t
     assert result["status"] == "timeout"
     assert result["error"] == "no result after 8s; the probe's process group was ended"
     assert time.monotonic() - started < 40
-    grandchild = int(pid_file.read_text())
+    grandchild = int(pid_file.read_text().split()[0])
     assert wait_until(lambda: process_gone(grandchild), 5)
 
 
@@ -167,7 +167,7 @@ def test_interrupt_saves_finished_probes_and_next_run_resumes(write_spec, tmp_pa
     report = json.loads(out)
     assert report["interrupted"] and len(report["probes"]) == 1
     assert "interrupted: finished probes are saved; run again to resume" in err
-    grandchild = int(pid_file.read_text())
+    grandchild = int(pid_file.read_text().split()[0])
     assert wait_until(lambda: process_gone(grandchild), 5)
     assert len(saved_lines(private_cache)) == 1
 
@@ -253,3 +253,80 @@ def test_lock_file_holder_is_named(write_spec, private_cache):
     assert wait_until(lambda: lock_holder(private_cache) == str(process.pid), 30)
     _finish(process, 120)
     assert process.returncode == 0 and saved_lines(private_cache)
+
+
+def two_rank_fault(mode: str, timeout: float = 60, **kwargs) -> dict:
+    spec = fault_spec(mode, lo=8, timeout=timeout, devices=2, search={"micro_batches": [16, 4]})
+    spec["model"]["kwargs"].update(rank=1, **kwargs)
+    return spec
+
+
+def test_a_hanging_rank_times_out_the_probe_and_no_process_survives(cli, write_spec, tmp_path):
+    pid_file = tmp_path / "rank1.pid"
+    started = time.monotonic()
+    code, result, err = run_json(cli, "measure", write_spec(two_rank_fault("hang", timeout=15, pid_file=str(pid_file))),
+                                 "--micro-batch", 16)
+    assert (code, result["status"]) == (1, "timeout"), err
+    assert time.monotonic() - started < 45
+    grandchild, rank = map(int, pid_file.read_text().split())
+    assert wait_until(lambda: process_gone(grandchild) and process_gone(rank), 10)
+
+
+def test_a_killed_rank_is_classified_and_the_other_rank_ends(cli, write_spec):
+    code, result, err = run_json(cli, "measure", write_spec(two_rank_fault("sigkill")), "--micro-batch", 16)
+    assert code == 1 and result["status"] == "crashed", err
+    assert result["error"] == "rank 1 was killed (no error in its log; the system OOM killer?)"
+
+
+def test_interrupting_a_two_rank_probe_leaves_nothing_running(write_spec, tmp_path, private_cache):
+    pid_file = tmp_path / "rank1.pid"
+    path = write_spec(two_rank_fault("hang", timeout=300, pid_file=str(pid_file)))
+    process = _start_probe(path)
+    assert wait_until(pid_file.exists, 120)  # rank 1's model is hanging
+    grandchild, rank = map(int, pid_file.read_text().split())
+    process.send_signal(signal.SIGINT)
+    _finish(process, 60)
+    assert process.returncode == 130
+    assert wait_until(lambda: process_gone(grandchild) and process_gone(rank), 15)
+
+
+def test_a_killed_parent_takes_its_ranks_with_it(write_spec, tmp_path):
+    pid_file = tmp_path / "rank1.pid"
+    path = write_spec(two_rank_fault("hang", timeout=300, pid_file=str(pid_file)))
+    process = _start_probe(path)
+    assert wait_until(pid_file.exists, 120)
+    grandchild, rank = map(int, pid_file.read_text().split())
+    process.kill()  # SIGKILL: no handler runs in the parent
+    process.wait()
+    assert wait_until(lambda: process_gone(rank), 15), "rank 1 outlived the killed parent"
+    os.kill(grandchild, signal.SIGKILL)  # the model's own sleep: only a living parent can sweep it (README)
+
+
+def _hanging_measure(write_spec, tmp_path) -> tuple[subprocess.Popen, int, int]:
+    """`vramtune measure` on a model that hangs (and starts a grandchild): (process, grandchild, worker pid)."""
+    pid_file = tmp_path / "hang.pid"
+    spec = fault_spec("hang", lo=8, timeout=300)
+    spec["model"]["kwargs"]["pid_file"] = str(pid_file)
+    process = subprocess.Popen([sys.executable, "-m", "vramtune", "measure", str(write_spec(spec)), "--micro-batch",
+                                "64", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=os.environ.copy())
+    assert wait_until(pid_file.exists, 60)
+    grandchild, worker = map(int, pid_file.read_text().split())
+    return process, grandchild, worker
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_measure_ends_its_probe_on_a_signal(write_spec, tmp_path, sig):
+    process, grandchild, worker = _hanging_measure(write_spec, tmp_path)
+    process.send_signal(sig)
+    _finish(process, 30)
+    assert process.returncode == 130
+    assert wait_until(lambda: process_gone(worker) and process_gone(grandchild), 5)
+
+
+def test_a_probe_never_outlives_a_killed_parent(write_spec, tmp_path):
+    process, grandchild, worker = _hanging_measure(write_spec, tmp_path)
+    process.kill()
+    process.wait()
+    assert wait_until(lambda: process_gone(worker), 5), "the worker outlived its killed parent"
+    os.kill(grandchild, signal.SIGKILL)  # the model's own sleep: only a living parent can sweep it (README)

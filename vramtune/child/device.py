@@ -38,7 +38,8 @@ def describe(device: str) -> Device:
     version = paddle.__version__
     if device == "cpu" or (device == "auto" and not _gpu_available()):
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return Device("cpu", 0, _cpu_name(), total, version, {p: CPU_AMP_REASON for p in ("fp16", "bf16")})
+        return Device("cpu", 0, _cpu_name(), total, version, {p: CPU_AMP_REASON for p in ("fp16", "bf16")},
+                      os.cpu_count() or 1)
     if not _gpu_available():
         raise DeviceUnavailable(f"this Paddle build sees no GPU (paddle {version}, compiled with CUDA: "
                                 f"{paddle.is_compiled_with_cuda()}); install a GPU build (see README) or "
@@ -51,4 +52,5 @@ def describe(device: str) -> Device:
         unsupported["fp16"] = f"{properties.name} has no fp16 AMP support in this Paddle build"
     if not paddle.amp.is_bfloat16_supported(place):
         unsupported["bf16"] = f"{properties.name} has no bf16 support (needs compute capability 8.0+)"
-    return Device("gpu", index, properties.name, int(properties.total_memory), version, unsupported)
+    return Device("gpu", index, properties.name, int(properties.total_memory), version, unsupported,
+                  paddle.device.cuda.device_count())

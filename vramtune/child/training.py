@@ -8,7 +8,9 @@ from typing import Any, Callable
 
 import paddle
 
-AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+from vramtune.mechanisms.precision import SAFE_BLACK_LIST
+
+AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp16-safe": "float16"}
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "Momentum"}
 STATELESS = ("sgd",)  # optimizers that keep no per-parameter state
 
@@ -18,18 +20,24 @@ class StepRunner:
 
     def __init__(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, strategy: Any):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
-        self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0**15) if strategy.precision == "fp16" else None
+        self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0**15) if strategy.precision.startswith("fp16")
+                       else None)
         self.pending = 0  # micro-batches since the last optimizer step
 
     def micro_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> tuple[paddle.Tensor, bool]:
-        """Forward+backward one micro-batch; returns (unscaled loss, whether the optimizer stepped)."""
+        """Forward+backward one micro-batch; returns (unscaled loss, detached, whether the optimizer stepped).
+
+        The loss is detached as PaddleNLP's Trainer does: a loss tensor kept alive keeps its graph's recompute
+        inputs alive too, into the next micro-batch."""
         precision = self.strategy.precision
+        black = set(SAFE_BLACK_LIST) if precision == "fp16-safe" else None
         with paddle.amp.auto_cast(enable=precision != "fp32", dtype=AMP_DTYPES.get(precision, "float16"),
-                                  level="O1"):
+                                  level="O1", custom_black_list=black):
             loss = loss_fn(batch)
         scaled = loss / self.strategy.accumulation
         (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         self.pending += 1
+        loss = loss.detach()
         if self.pending < self.strategy.accumulation:
             return loss, False
         if self.scaler:
@@ -59,17 +67,22 @@ def optimizer_state_ready(name: str, optimizer: paddle.optimizer.Optimizer) -> b
 
     GradScaler skips optimizer.step() while it finds inf gradients (often in fp16's first steps); measuring
     before the state exists would miss its bytes (8 per parameter for AdamW)."""
+    from vramtune.child.distributed import inner_optimizer
+
     if name in STATELESS:
         return True
-    return any(len(slots) for slots in getattr(optimizer, "_accumulators", {}).values())
+    return any(len(slots) for slots in getattr(inner_optimizer(optimizer), "_accumulators", {}).values())
 
 
-def state_bytes(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> int:
-    """Bytes of the weights, their gradients (alive during backward) and the optimizer's per-parameter state."""
+def state_counts(model: paddle.nn.Layer, optimizer: Any) -> dict[str, int]:
+    """Bytes of the weights, their gradients (alive from backward on; kept zeroed between steps) and this rank's
+    optimizer state (Adam's moments, momentum's velocity)."""
+    from vramtune.child.distributed import inner_optimizer
+
     def size(tensor: Any) -> int:
         return int(tensor.numel()) * tensor.element_size()
 
-    weights = sum(size(p) for p in model.parameters())
-    trainable = sum(size(p) for p in model.parameters() if not p.stop_gradient)
-    state = sum(size(t) for slots in getattr(optimizer, "_accumulators", {}).values() for t in slots.values())
-    return weights + trainable + state
+    accumulators = getattr(inner_optimizer(optimizer), "_accumulators", {})
+    return {"weight_bytes": sum(size(p) for p in model.parameters()),
+            "gradient_bytes": sum(size(p) for p in model.parameters() if not p.stop_gradient),
+            "optimizer_bytes": sum(size(t) for slots in accumulators.values() for t in slots.values())}

@@ -41,10 +41,11 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     """Build the model, apply the strategy, warm up until the optimizer state exists, then measure."""
     import paddle
 
+    from vramtune.child import distributed
     from vramtune.child.blocks import BlockError
     from vramtune.child.building import BuildError, build_checked
     from vramtune.child.counters import MemoryCounters
-    from vramtune.child.training import StepRunner, make_optimizer, optimizer_state_ready, state_bytes
+    from vramtune.child.training import StepRunner, make_optimizer, optimizer_state_ready, state_counts
     from vramtune.mechanisms import MECHANISMS
     from vramtune.records import Device, ProbeJob
     from vramtune.sources import SOURCES
@@ -53,8 +54,8 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     job = ProbeJob.from_json(job_data)
     device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
     source = SOURCES[job.source]
-    paddle.set_device(device.paddle_device)
-    paddle.seed(job.seed)
+    paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{device.index + distributed.rank()}")
+    paddle.seed(job.seed)  # every rank builds the same weights
     result: dict[str, Any] = {}
     try:
         def configure(config: Any) -> None:
@@ -70,11 +71,15 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     model = built.model
     model.train()
     optimizer = make_optimizer(job.optimizer, job.learning_rate, model.parameters())
-    runner = StepRunner(model, optimizer, strategy)
+    network = model
+    for mechanism in MECHANISMS:  # data parallel, sharding
+        network, optimizer = mechanism.prepare_training(network, optimizer, strategy)
+    runner = StepRunner(network, optimizer, strategy)
+    paddle.seed(job.seed + distributed.rank())  # and each its own data
     batch = built.make_batch(strategy.micro_batch)
 
     def loss_fn(data):
-        return built.loss(model, data)
+        return built.loss(network, data)
 
     counters = MemoryCounters(device.kind, device.index)
     losses: list[float] = []
@@ -91,11 +96,16 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
         peak, reserved = counters.peak()
         seconds = (time.perf_counter() - start) / job.steps
     except Exception as error:
-        return {**result, "status": "oom" if is_oom(error) else "crashed", "error": short_error(error)}
+        if is_oom(error):
+            return {**result, "status": "oom", "error": short_error(error)}
+        if strategy.to_static and not losses:  # failed in its first step: the conversion, not the training
+            return {**result, "status": "unsupported", "error": f"to_static: the model cannot be converted: "
+                                                                f"{short_error(error)}"}
+        return {**result, "status": "crashed", "error": short_error(error)}
     measured = {**result, "status": "measured", "peak_bytes": peak, "reserved_bytes": reserved,
                 "step_seconds": seconds, "samples_per_sec": strategy.batch / seconds,
                 "loss": losses[-1] if math.isfinite(losses[-1]) else None, "optimizer_state": state_ready,
-                "state_bytes": state_bytes(model, optimizer)}
+                **state_counts(model, optimizer)}
     if not all(math.isfinite(value) for value in losses):
         measured.update(status="unstable", error=f"non-finite loss: {losses}")
     elif not state_ready:
@@ -105,6 +115,9 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from vramtune.child.distributed import die_with_launcher, rank, world_size
+
+    die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m vramtune.child.worker")
     parser.add_argument("command", choices=("info", "probe"))
     parser.add_argument("--device", default="auto")
@@ -122,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             payload = run_probe(job)
         except Exception as error:
             payload = {"status": "oom" if is_oom(error) else "crashed", "error": short_error(error)}
-    write_atomic(args.out, json.dumps(payload))
+    write_atomic(f"{args.out}.rank{rank()}" if world_size() > 1 else args.out, json.dumps(payload))
     return 0
 
 

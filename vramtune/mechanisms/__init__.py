@@ -1,10 +1,11 @@
 """The registry of memory mechanisms, in ladder order. Adding one: its module, its tests, one line here."""
 from __future__ import annotations
 
-from vramtune.mechanisms import accumulation, precision, recompute
+from vramtune.mechanisms import accumulation, data_parallel, precision, recompute, sharding, static_graph
 from vramtune.mechanisms.base import Field, Mechanism, Option
 
-MECHANISMS: tuple[Mechanism, ...] = (precision.MECHANISM, accumulation.MECHANISM, recompute.MECHANISM)
+MECHANISMS: tuple[Mechanism, ...] = (precision.MECHANISM, accumulation.MECHANISM, recompute.MECHANISM,
+                                     data_parallel.MECHANISM, sharding.MECHANISM, static_graph.MECHANISM)
 BY_NAME = {mechanism.name: mechanism for mechanism in MECHANISMS}
 
 

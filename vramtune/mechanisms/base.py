@@ -54,6 +54,11 @@ class Mechanism:
         """Its settings from the spec's `search:` section (problems recorded on the section)."""
         return None
 
+    def read_top(self, root: Section) -> Any:
+        """Its settings from the spec's top level, for a mechanism the user fixes rather than the search
+        explores (e.g. `devices`); None when it has none."""
+        return None
+
     def label(self, strategy: Any) -> str:
         return " ".join(f"{field.short.lstrip('-')}={getattr(strategy, field.name)}" for field in self.fields)
 
@@ -68,6 +73,11 @@ class Mechanism:
         """The feature whose fitted coefficient is this mechanism's memory effect; 0 when off."""
         return 0.0
 
+    def known_saving(self, strategy: Any, counts: dict[str, float]) -> float:
+        """Bytes the mechanism saves that follow from counted sizes rather than a fit (counts: weight, gradient
+        and optimizer bytes of the unpartitioned model), e.g. sharding divides state by the ranks."""
+        return 0.0
+
     def memory_group(self, strategy: Any) -> str:
         """Strategies in different groups get separate memory models (fp32 vs AMP)."""
         return ""
@@ -79,6 +89,14 @@ class Mechanism:
     def prepare_model(self, model: Any, strategy: Any, block_path: str | None) -> dict[str, Any]:
         """Child side: change the model before training; returns result fields it learned."""
         return {}
+
+    def prepare_training(self, model: Any, optimizer: Any, strategy: Any) -> tuple[Any, Any]:
+        """Child side, once the optimizer exists: wrap model and optimizer (data parallel, sharding)."""
+        return model, optimizer
+
+    def launcher(self, strategy: Any) -> list[str] | None:
+        """The command a probe runs under instead of plain Python (multi-rank probes), or None."""
+        return None
 
     def paddlenlp(self, tuned: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """TrainingArguments keys for the tuned values, and warnings for what does not map."""

@@ -16,8 +16,9 @@ def complexity(strategy: Strategy) -> tuple[int, ...]:
     return (sum(1 for w in weights if w), *reversed(weights))
 
 
-def choose(results: Iterable[ProbeResult]) -> ProbeResult | None:
-    fitting = [r for r in results if r.fits]
+def choose(results: Iterable[ProbeResult], min_micro_batch: int = 1) -> ProbeResult | None:
+    """The fastest fitting result with at least `min_micro_batch` samples per micro-batch."""
+    fitting = [r for r in results if r.fits and r.strategy.micro_batch >= min_micro_batch]
     if not fitting:
         return None
     best = max(r.samples_per_sec for r in fitting)

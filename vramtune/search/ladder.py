@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from vramtune.mechanisms.accumulation import BATCHNORM_FLOOR
 from vramtune.records import Budget, ProbeResult
 from vramtune.search.choice import TIE, choose
 from vramtune.search.memory import MemoryModel, memory_group
@@ -21,6 +22,7 @@ Measure = Callable[[Strategy], ProbeResult]
 Progress = Callable[[str, Strategy, "ProbeResult | None"], None]  # (rung, strategy, None before / result after)
 
 NEIGHBOUR_MARGIN = 0.03  # a neighbour predicted over the limit by more than this is not probed
+STATIC_NEAR = 0.9  # a choice using more of the limit than this is "near" it: to_static is tried
 
 
 class BuildFailure(Exception):
@@ -47,6 +49,11 @@ class SearchProblem:
     recompute: bool = True
     max_accumulation: int = 64
     speed_rises_with_batch: bool = False  # GPUs: throughput rises with the micro-batch and saturates
+    devices: int = 1  # data-parallel ranks (the target batch is over all of them)
+    sharding_stages: list[int] = field(default_factory=lambda: [0])  # stages the device can run
+    skipped: dict[str, str] = field(default_factory=dict)  # what else the device cannot run, and why
+    min_micro_batch: int | None = None  # the spec's floor; None: BATCHNORM_FLOOR for BatchNorm models
+    to_static: bool = True  # try paddle.jit.to_static where memory is tight
 
 
 @dataclass
@@ -58,9 +65,10 @@ class Outcome:
     suggestions: list[str] = field(default_factory=list)
 
 
-def plan(precision: str, micro_batch: int, target: int, recomputed_blocks: int = 0) -> Strategy:
-    return Strategy(precision=precision, micro_batch=micro_batch, accumulation=target // micro_batch,
-                    recomputed_blocks=recomputed_blocks)
+def plan(precision: str, micro_batch: int, target: int, devices: int = 1) -> Strategy:
+    """The strategy reaching `target` samples per step with this micro-batch on `devices` ranks."""
+    return Strategy(precision=precision, micro_batch=micro_batch, accumulation=target // devices // micro_batch,
+                    devices=devices)
 
 
 class Tuner:
@@ -73,6 +81,7 @@ class Tuner:
         self.notes: list[str] = []
         self.blocks = 0  # L, learned from the first probe
         self.native: dict | None = None  # a model's own recompute: {granularities, partial}, from the first probe
+        self.batchnorm = 0  # BatchNorm layers, from the first probe
 
     # -- probing ---------------------------------------------------------------------------------------
     def probe(self, rung: str, strategy: Strategy) -> ProbeResult:
@@ -90,7 +99,18 @@ class Tuner:
             self.blocks = max(self.blocks, result.total_blocks)
         if result.recompute_options:
             self.native = result.recompute_options
+        if result.batchnorm_layers:
+            self.batchnorm = result.batchnorm_layers
         return result
+
+    @property
+    def floor(self) -> int:
+        """The smallest micro-batch that may be chosen (BatchNorm models: BATCHNORM_FLOOR unless the spec says)."""
+        floor = self.problem.min_micro_batch or (BATCHNORM_FLOOR if self.batchnorm else 1)
+        return min(floor, self.problem.micro_batches[0])
+
+    def best(self) -> ProbeResult | None:
+        return choose(self.results.values(), self.floor)
 
     def stop_if_every_probe_fails_alike(self) -> None:
         """No memory advice for a failure that has nothing to do with memory (a Paddle API missing, a bug)."""
@@ -102,9 +122,11 @@ class Tuner:
     def model(self, strategy: Strategy) -> MemoryModel:
         group = memory_group(strategy)
         counted = [r.state_bytes for r in self.results.values() if r.state_bytes]
+        counts = {part: max((getattr(r, f"{part}_bytes") or 0 for r in self.results.values()), default=0)
+                  for part in ("weight", "gradient", "optimizer")}  # the largest: an unpartitioned rank's
         return MemoryModel(((s, r.used_bytes) for s, r in self.results.items()
                             if memory_group(s) == group and r.measured and r.used_bytes),
-                           fixed_bytes=sum(counted) / len(counted) if counted else None)
+                           fixed_bytes=sum(counted) / len(counted) if counted else None, counts=counts)
 
     def predict(self, strategy: Strategy) -> float | None:
         return self.model(strategy).predict(strategy)
@@ -149,20 +171,76 @@ class Tuner:
         for precision in problem.amp_precisions:
             if precision in problem.unsupported:
                 self.notes.append(f"{precision} skipped: {problem.unsupported[precision]}")
+        self.notes.extend(f"{what} skipped: {why}" for what, why in problem.skipped.items())
         largest = sizes[0]
-        if self.probe("plain", plan("fp32", largest, target)).fits and largest == target:
+        whole = largest * problem.devices == target  # the whole batch in one micro-batch per rank
+        if self.probe("plain", plan("fp32", largest, target, problem.devices)).fits and whole:
             return self.finish()
-        if largest == target:
+        if whole:
+            self.sharded_whole_batch(plan("fp32", largest, target, problem.devices))
             for precision in amp:
-                if self.probe("amp", plan(precision, largest, target)).status in ("oom", "over_budget"):
+                result = self.probe("amp", plan(precision, largest, target, problem.devices))
+                if result.status in ("oom", "over_budget"):
                     break  # fp16 and bf16 take the same bytes: the next one would not fit either
-            if choose(self.results.values()):
+            if self.best():
                 return self.finish()
-        for precision in [*amp, "fp32"]:
-            best = choose(self.results.values())
+        for precision in [*amp, "fp16-safe", "fp32"]:
+            if precision == "fp16-safe" and not self.fp16_unstable():
+                continue
+            best = self.best()
             if best is None or self.could_win(precision, best):
-                self.deep_search(precision)
+                for stage in problem.sharding_stages:
+                    if stage == 0 or self.sharding_helps(precision, stage):
+                        self.deep_search(precision, stage)
+        self.try_static()
         return self.finish()
+
+    def fp16_unstable(self) -> bool:
+        """fp16 went non-finite and never trained stably: then fp16 with overflow-prone ops kept in fp32."""
+        fp16 = [r for s, r in self.results.items() if s.precision == "fp16"]
+        if any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16):
+            self.notes.append("fp16 was unstable (non-finite loss): trying fp16-safe (overflow-prone ops in fp32)")
+            return True
+        return False
+
+    def try_static(self) -> None:
+        """to_static where it could help: the best needs recompute, or sits near the limit. Its memory saving
+        (measured) may let the same micro-batch run without recompute."""
+        best = self.best()
+        if not self.problem.to_static or best is None or not (
+                best.strategy.recomputed_blocks or best.used_bytes > self.problem.budget.limit * STATIC_NEAR):
+            return
+        static = self.probe("static", best.strategy.with_(to_static=True))
+        if static.status == "unsupported":
+            self.notes.append(f"to_static skipped: {static.error}")
+            return
+        plain = self.results.get(best.strategy.with_(recomputed_blocks=0))
+        if static.used_bytes and plain is not None and plain.used_bytes and best.strategy.recomputed_blocks and \
+                plain.used_bytes - (best.used_bytes - static.used_bytes) <= self.problem.budget.limit:
+            self.probe("static", plain.strategy.with_(to_static=True))
+
+    def sharded_whole_batch(self, whole: Strategy) -> None:
+        """With several ranks, the whole batch with the state partitioned, lowest stage first. The first stage is
+        measured (it also shows what data parallel's own buffers cost); higher stages only where predicted to fit
+        from the counted weight, gradient and optimizer bytes."""
+        for index, stage in enumerate(self.problem.sharding_stages[1:]):
+            sharded = whole.with_(sharding_stage=stage)
+            predicted = self.predict(sharded)
+            hopeful = predicted is None or predicted <= self.problem.budget.limit * (1 + NEIGHBOUR_MARGIN)
+            if (index == 0 or hopeful) and self.probe("sharding", sharded).fits:
+                return
+
+    def sharding_helps(self, precision: str, stage: int) -> bool:
+        """Whether partitioning the state lets a larger micro-batch fit than without (predicted)."""
+        target, devices = self.problem.target_batch, self.problem.devices
+        fitting = [s.micro_batch for s, r in self.results.items() if r.fits and s.precision == precision
+                   and not s.recomputed_blocks]
+        larger = [m for m in self.problem.micro_batches if m > max(fitting, default=0)]
+        if not larger:
+            return False
+        candidate = plan(precision, min(larger), target, devices).with_(sharding_stage=stage)
+        predicted = self.predict(candidate)
+        return predicted is None or predicted <= self.problem.budget.limit
 
     def could_win(self, precision: str, best: ProbeResult) -> bool:
         """Whether searching `precision` deep can beat the best so far: measured at the best's configuration (with
@@ -184,18 +262,22 @@ class Tuner:
                           f"{best.strategy.label()} at {best.samples_per_sec:.1f}")
         return False
 
-    def deep_search(self, precision: str) -> None:
-        """Accumulation, then recompute, for one precision, following measured throughput."""
+    def deep_search(self, precision: str, stage: int = 0) -> None:
+        """Accumulation, then recompute, for one precision (and sharding stage), following measured throughput."""
         target = self.problem.target_batch
-        ascending = [plan(precision, m, target) for m in reversed(self.problem.micro_batches)]
+        ascending = [plan(precision, m, target, self.problem.devices).with_(sharding_stage=stage)
+                     for m in reversed(self.problem.micro_batches)]
         best_plain = self.boundary("accumulation", ascending)
         best: ProbeResult | None = None
         larger_is_faster = True
         start = 0
-        if best_plain is not None:
+        floor = next(i for i, s in enumerate(ascending) if s.micro_batch >= self.floor)
+        if best_plain is not None and ascending.index(best_plain) >= floor:
             start = ascending.index(best_plain) + 1
             best = self.results[best_plain]
-            best, larger_is_faster = self.smaller_walk(ascending, ascending.index(best_plain), best)
+            best, larger_is_faster = self.smaller_walk(ascending, ascending.index(best_plain), best, floor)
+        elif best_plain is not None:  # what fits is below the floor: recompute from the floor up
+            start = floor
         if not (self.problem.recompute and larger_is_faster):
             return
         if self.blocks == 0:
@@ -242,23 +324,27 @@ class Tuner:
                     best = other
         return best
 
-    def smaller_walk(self, ascending: list[Strategy], index: int, best: ProbeResult) -> tuple[ProbeResult, bool]:
-        """Does a smaller micro-batch train faster? (It often does on CPUs.) Walk down while it does; if it did at
-        least once, also try the smallest, since CPU throughput need not be monotonic. On a device whose speed
-        rises with the micro-batch, a step predicted to be no faster is not probed.
+    def smaller_walk(self, ascending: list[Strategy], index: int, best: ProbeResult,
+                     floor: int = 0) -> tuple[ProbeResult, bool]:
+        """Does a smaller micro-batch train faster? (It often does on CPUs.) Walk down while it does, not below the
+        candidate at index `floor`; if it did at least once, also try that smallest one, since CPU throughput need
+        not be monotonic. On a device whose speed rises with the micro-batch, a step predicted to be no faster is
+        not probed.
         Returns (the best, whether larger micro-batches were faster)."""
         improved = False
-        if self.problem.speed_rises_with_batch and index > 0:
+        if self.problem.speed_rises_with_batch and index > floor:
             predicted = self.speed(best.strategy.precision).plain(ascending[index - 1].micro_batch)
             if predicted is not None and predicted <= best.samples_per_sec * (1 + TIE):
                 return best, True
-        while index > 0:
+        while index > floor:
             smaller = self.probe("throughput", ascending[index - 1])
             if not (smaller.fits and smaller.samples_per_sec > best.samples_per_sec * (1 + TIE)):
                 break
             best, index, improved = smaller, index - 1, True
-        if improved and index > 1:
-            smallest = self.probe("throughput", ascending[0])
+        if index == floor > 0 and (improved or not self.problem.speed_rises_with_batch):
+            self.probe("below floor", ascending[floor - 1])  # what the floor costs, for the report
+        if improved and index > floor + 1:
+            smallest = self.probe("throughput", ascending[floor])
             if smallest.fits and smallest.samples_per_sec > best.samples_per_sec * (1 + TIE):
                 best = smallest
         return best, not improved
@@ -278,7 +364,14 @@ class Tuner:
 
     def finish(self) -> Outcome:
         probes = list(self.results.values())
-        chosen = choose(probes)
+        chosen = choose(probes, self.floor)
+        below = [r for r in probes if r.fits and r.strategy.micro_batch < self.floor]
+        if below:
+            fastest = max(below, key=lambda r: r.samples_per_sec)
+            why = (f"the model has {self.batchnorm} BatchNorm layers, whose statistics over fewer samples are noisy"
+                   if not self.problem.min_micro_batch else "search.min_micro_batch")
+            self.notes.append(f"micro-batch floor {self.floor} applied ({why}); the fastest below it: "
+                              f"{fastest.strategy.label()} at {fastest.samples_per_sec:.1f} samples/s")
         outcome = Outcome(chosen, probes, self.notes)
         if chosen is None:
             measured = [r for r in probes if r.used_bytes]

@@ -51,10 +51,13 @@ def _line(points: list[tuple[float, int]]) -> tuple[float, float]:
 class MemoryModel:
     """Fitted to the measured probes of one memory group."""
 
-    def __init__(self, points: Iterable[Point], fixed_bytes: float | None = None):
+    def __init__(self, points: Iterable[Point], fixed_bytes: float | None = None,
+                 counts: dict[str, float] | None = None):
         """fixed_bytes: the weights, gradients and optimizer state counted by the probes, the line's intercept
-        while only one micro-batch size is measured."""
-        points = list(points)
+        while only one micro-batch size is measured. counts (weight, gradient, optimizer bytes) give the savings
+        that follow from sizes (sharding): points are fitted as if unsaved, predictions take the saving off."""
+        self.counts = counts or {}
+        points = [(s, used + self.known_saving(s)) for s, used in points]
         terms = [m for m in MECHANISMS if type(m).memory_term is not Mechanism.memory_term]
         self.terms = terms
         self.coefficients: dict[str, float | None] = {m.name: None for m in terms}
@@ -94,17 +97,17 @@ class MemoryModel:
                 total += value * mechanism.memory_term(strategy)
         return total
 
+    def known_saving(self, strategy: Strategy) -> float:
+        return sum(mechanism.known_saving(strategy, self.counts) for mechanism in MECHANISMS)
+
     def predict(self, strategy: Strategy) -> float | None:
         """Predicted used bytes, or None when neither the global fit nor a local line can say."""
-        local = self._local(strategy)
-        if local is not None:
-            return local
-        if self.b is None:
-            return None
-        for mechanism in self.terms:
-            if mechanism.memory_term(strategy) != 0 and self.coefficients[mechanism.name] is None:
-                return None
-        return self._predict(strategy)
+        unsaved = self._local(strategy)
+        if unsaved is None and self.b is not None and all(
+                mechanism.memory_term(strategy) == 0 or self.coefficients[mechanism.name] is not None
+                for mechanism in self.terms):
+            unsaved = self._predict(strategy)
+        return None if unsaved is None else unsaved - self.known_saving(strategy)
 
     def _local(self, strategy: Strategy) -> float | None:
         """At a fixed micro-batch, memory is a line in each other mechanism's term (e.g. recomputed blocks at

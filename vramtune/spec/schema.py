@@ -51,9 +51,13 @@ class Spec:
     def base_dir(self) -> str:
         return str(Path(self.path).resolve().parent)
 
+    @property
+    def devices(self) -> int:
+        return self.search["data_parallel"]
+
     def micro_batches(self) -> list[int]:
-        """The micro-batch candidates that reach the target batch, largest first."""
-        return self.search["accumulation"].candidates(self.train.target_batch)
+        """The micro-batch candidates that reach the target batch (over every rank), largest first."""
+        return self.search["accumulation"].candidates(self.train.target_batch // self.devices)
 
 
 def _read_budget(root: Section) -> int | None:
@@ -118,6 +122,10 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
     section = root.sub("search")
     search = {mechanism.name: mechanism.read_search(section) for mechanism in MECHANISMS}
     section.finish()
+    for mechanism in MECHANISMS:
+        fixed = mechanism.read_top(root)
+        if fixed is not None:
+            search[mechanism.name] = fixed
 
     section = root.sub("probe")
     probe = ProbeSettings(
@@ -129,8 +137,11 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
     tuned = root.get("tuned", dict, None)
     root.finish()
 
-    accumulation = search["accumulation"]
-    if train.target_batch and not accumulation.candidates(train.target_batch):
+    accumulation, devices = search["accumulation"], search["data_parallel"]
+    if train.target_batch and devices and train.target_batch % devices:
+        problems.append(Problem(file, "train.target_batch", f"{train.target_batch} cannot be shared by {devices} "
+                                                            "devices: it must be a multiple of them"))
+    elif train.target_batch and devices and not accumulation.candidates(train.target_batch // devices):
         allowed = f"micro_batches {accumulation.micro_batches}" if accumulation.micro_batches else "any micro-batch"
         problems.append(Problem(file, "train.target_batch", (
             f"{train.target_batch} cannot be reached: no micro-batch in {allowed} divides it "

@@ -1,0 +1,62 @@
+"""Multi-rank probes: each rank is a worker started by `paddle.distributed.launch`; this sets up data parallel or
+sharding for it (the mechanisms' child-side hooks), and keeps it from outliving its launcher."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from typing import Any
+
+import paddle
+
+PR_SET_PDEATHSIG = 1
+
+
+def rank() -> int:
+    return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+
+
+def die_with_launcher() -> None:
+    """The launcher starts each rank in a session of its own; when the launcher dies (even by SIGKILL), Linux
+    sends this rank SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def inner_optimizer(optimizer: Any) -> Any:
+    """The optimizer that holds the state, inside fleet's wrappers."""
+    while hasattr(optimizer, "_inner_opt"):
+        optimizer = optimizer._inner_opt
+    return optimizer
+
+
+def data_parallel(model: paddle.nn.Layer, optimizer: Any, strategy: Any) -> tuple[Any, Any]:
+    """Plain data parallel (sharding stage 0): gradients all-reduced over the ranks."""
+    if strategy.devices == 1 or strategy.sharding_stage:
+        return model, optimizer
+    paddle.distributed.init_parallel_env()
+    return paddle.DataParallel(model), optimizer
+
+
+def sharded(model: paddle.nn.Layer, optimizer: Any, strategy: Any) -> tuple[Any, Any]:
+    """Stage 1: fleet's sharding optimizer (optimizer state split over the ranks); 2 and 3: group_sharded_parallel."""
+    stage = strategy.sharding_stage
+    if not stage:
+        return model, optimizer
+    if stage == 1:
+        from paddle.distributed import fleet
+
+        config = fleet.DistributedStrategy()
+        config.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": strategy.devices}
+        fleet.init(is_collective=True, strategy=config)
+        return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
+    from paddle.distributed.sharding import group_sharded_parallel
+
+    paddle.distributed.init_parallel_env()
+    model, optimizer, _ = group_sharded_parallel(model, optimizer, level="os_g" if stage == 2 else "p_g_os")
+    return model, optimizer
