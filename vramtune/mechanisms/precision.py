@@ -25,8 +25,8 @@ def _allowed(values: list[str] | None) -> dict[str, Any]:
 
 class Precision(Mechanism):
     name = "precision"
-    fields = (Field("precision", str, "fp32", "--precision", "-p", "fp32 | fp16 | bf16 | fp16-safe (fp16, overflow-prone "
-                    "ops in fp32)", _check),)
+    fields = (Field("precision", str, "fp32", "--precision", "-p",
+                    "fp32 | fp16 | bf16 | fp16-safe (fp16, overflow-prone ops in fp32)", _check),)
     options = (Option("precision", "--precision", str, None, "AMP modes allowed (fp16, bf16; fp32 alone means no "
                       "AMP); repeat the option for several", _allowed, multiple=True),)
     search_keys = ("precisions",)
