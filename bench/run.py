@@ -141,6 +141,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def ranks_table(path: str = "tests/specs/two-ranks.yaml") -> str:
+    """The same model tuned for 1 device and for 2 ranks (sharding available), side by side."""
+    lines = ["| spec | devices | probes | wall s | choice | peak per rank |", "|---|---:|---:|---:|---|---:|"]
+    for devices in (1, 2):
+        spec = load_spec(ROOT / path, {"devices": devices, "train.target_batch": 16 * devices})
+        session = open_session(spec, ChildBackend(), print)
+        count = Counter(session)
+        start = time.monotonic()
+        chosen = Tuner(count, search_problem(session)).run().chosen
+        label = chosen.strategy.label() if chosen else "none fits"
+        peak = f"{chosen.used_bytes / 2**20:.1f} MiB" if chosen else "-"
+        lines.append(f"| {Path(path).name} | {devices} | {count.probes} | {time.monotonic() - start:.0f} | {label} | "
+                     f"{peak} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("specs", nargs="*", default=SPECS)
@@ -157,6 +173,7 @@ def main() -> None:
         spreads = ", ".join(f"{Path(r['spec']).name} {r['spread']:.1%}" for r in rows)
         sections.append(f"## CPU configs (real Paddle)\n\n{table(rows)}\n\nGrid speed spread between its "
                         f"{GRID_REPEATS} runs of each fitting point (max): {spreads}\n")
+        sections.append(f"## One device and two ranks (real Paddle, gloo)\n\n{ranks_table()}\n")
     sections.append(f"## GPU shapes (fake devices)\n\n{shape_table()}\n")
     report = "\n".join(sections)
     Path(args.out).write_text(report)

@@ -1,26 +1,24 @@
 """Per-block recompute on paddle.vision models: blocks found, and the CPU allocator peak at r=0 vs r=2.
 
-Each measurement is a fresh child process: the model (num_classes=10) gets its first r blocks recomputed, then
-AdamW trains one warmup step (the optimizer state exists after it), the host "Allocated" peak is reset, and one
-measured step reads the peak. Archs run one after another (a 2-core machine) on 64x64 images, or the smallest
-size an arch's fixed-size head accepts (AlexNet: 224). Prints a markdown table.
+Each measurement is one real probe, as `vramtune measure SPEC -m 8 -r R` runs it: a fresh child, AdamW, a
+warmup step until the optimizer state exists, then the host "Allocated" peak of one measured step. Archs run
+one after another (a 2-core machine) on 64x64 images, or the smallest size an arch's fixed-size head accepts
+(AlexNet: 224). Prints a markdown table.
 
-Recompute lowers a peak reached while activations are held (end of forward, early backward). A peak at the end of
-backward, where all weight gradients exist and the first layer's gradients are in flight, is the same for every r:
-VGG11's at accumulation 1 (equal r=0 and r=2 peaks at 64x64 and at 128x128).
+Recompute lowers a peak reached while activations are held (end of forward, early backward); on weight-heavy
+models (VGG, AlexNet) most of the peak is weights, gradients and AdamW state, so the ratio stays near 1.
 
     python bench/vision_recompute.py [--batch 8] [--recompute 0 2] [--out FILE] [ARCH ...]
 """
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 MiB = 1 << 20
 
 # arch -> image size: 64, or the smallest size the arch's fixed-size head accepts (AlexNet's fc6 needs 6x6).
@@ -31,41 +29,23 @@ ARCHS = {
     "squeezenet1_1": 64, "shufflenet_v2_x1_0": 64, "alexnet": 224,
 }
 
-CHILD = """
-import json, sys
-import paddle
-import paddle.nn.functional as F
-from paddle.base import core
-from vramtune.child.blocks import apply_recompute
-
-arch, size, batch, recomputed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-paddle.set_device("cpu")
-paddle.seed(0)
-model = getattr(paddle.vision.models, arch)(num_classes=10)
-total, path = apply_recompute(model, recomputed)
-model.train()
-optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
-images, labels = paddle.randn([batch, 3, size, size]), paddle.randint(0, 10, [batch])
-
-def step():
-    F.cross_entropy(model(images), labels).backward()
-    optimizer.step()
-    optimizer.clear_grad(set_to_zero=False)
-
-step()
-core.host_memory_stat_reset_peak_value("Allocated", 0)
-step()
-print(json.dumps({"peak": int(core.host_memory_stat_peak_value("Allocated", 0)), "total": total, "path": path}))
-"""
-
-
 def measure(arch: str, size: int, batch: int, recomputed: int) -> dict:
-    """One fresh child: {"peak": bytes, "total": blocks found, "path": block_path}."""
-    done = subprocess.run([sys.executable, "-c", CHILD, arch, str(size), str(batch), str(recomputed)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise RuntimeError(f"{arch} r={recomputed}: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """One real probe (a fresh child, as `vramtune measure` runs it): {"peak", "total", "path"}."""
+    from vramtune.runner import ChildBackend
+    from vramtune.session import measure as probe
+    from vramtune.session import open_session
+    from vramtune.spec import spec_from_dict
+    from vramtune.strategy import Strategy
+
+    spec = spec_from_dict({"name": arch, "model": {"source": "vision", "arch": arch},
+                           "data": {"image_size": size, "num_classes": 10}, "train": {"target_batch": batch},
+                           "device": "cpu", "budget": "64GiB", "probe": {"steps": 1, "warmup": 1, "timeout": 600}},
+                          str(ROOT / "bench" / f"{arch}.yaml"))
+    result = probe(open_session(spec, ChildBackend(), print), Strategy(micro_batch=batch, recomputed_blocks=recomputed),
+                   print)
+    if not result.measured:
+        raise RuntimeError(f"{arch} r={recomputed}: {result.status}: {result.error}")
+    return {"peak": result.peak_bytes, "total": result.total_blocks, "path": result.block_path}
 
 
 def row(arch: str, size: int, batch: int, recomputed: list[int]) -> str:

@@ -319,3 +319,39 @@ def test_fp16_safe_exports_the_op_list():
                                     "recomputed_blocks": 0, "total_blocks": 4}, "adamw", "gpu")
     assert (arguments["fp16"], arguments["bf16"], arguments["fp16_opt_level"]) == (True, False, "O1")
     assert arguments["amp_custom_black_list"] == list(SAFE_BLACK_LIST)
+
+
+class StaticHelps(FakeDevice):
+    """to_static keeps 30% less activation memory and runs 5% faster; one model cannot be converted."""
+
+    convertible = True
+
+    def peak(self, s):
+        return super().peak(s) - (0.3 * s.micro_batch * self.per_sample if s.to_static else 0.0)
+
+    def speed(self, s):
+        return super().speed(s) * (1.05 if s.to_static else 1.0)
+
+    def result(self, s, budget):
+        if s.to_static and not self.convertible:
+            self.calls.append(s)
+            return ProbeResult("unsupported", s, error="to_static: the model cannot be converted: TypeError: x")
+        return super().result(s, budget)
+
+
+def test_to_static_is_tried_where_recompute_was_needed_and_kept_when_it_measured_better():
+    device = StaticHelps(fixed=10 * MiB, per_sample=4 * MiB, saved=0.9 * MiB)
+    prob = problem(60 * MiB, max_accumulation=4)  # m=16 needs recompute r=2 without to_static
+    outcome = Tuner(device.measure(60 * MiB), prob).run()
+    chosen = outcome.chosen.strategy
+    assert chosen.to_static and chosen.micro_batch == 16
+    assert chosen.recomputed_blocks < 2  # its saving let fewer blocks be recomputed
+
+
+def test_a_model_that_cannot_be_converted_is_reported_once():
+    device = StaticHelps(fixed=10 * MiB, per_sample=4 * MiB, saved=0.9 * MiB)
+    device.convertible = False
+    outcome = Tuner(device.measure(60 * MiB), problem(60 * MiB, max_accumulation=4)).run()
+    assert not outcome.chosen.strategy.to_static
+    assert sum(s.to_static for s in device.calls) == 1
+    assert "to_static skipped: to_static: the model cannot be converted: TypeError: x" in outcome.notes

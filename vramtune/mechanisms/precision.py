@@ -35,7 +35,7 @@ class Precision(Mechanism):
         values = section.get("precisions", list, list(AMP_PRECISIONS))
         if values is None:
             return list(AMP_PRECISIONS)
-        bad = [p for p in values if p not in PRECISIONS]
+        bad = [p for p in values if p not in ("fp32", *AMP_PRECISIONS)]
         if bad:
             section.fail("precisions", f"unknown precision {bad[0]!r}{did_you_mean(bad[0], PRECISIONS)}; "
                                        f"allowed: {', '.join(AMP_PRECISIONS)} (fp32 is always tried)")
