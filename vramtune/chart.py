@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from vramtune.records import ProbeResult
 from vramtune.strategy import Strategy
 from vramtune.units import format_bytes
@@ -27,23 +29,25 @@ def series(probes: list[dict[str, Any]]) -> dict[str, list[ProbeResult]]:
     return {name: sorted(results, key=lambda r: r.strategy.micro_batch) for name, results in grouped.items()}
 
 
-def text_chart(probes: list[dict[str, Any]], limit: float, chosen: dict[str, Any] | None) -> list[str]:
-    """Rich-markup lines: a bar per probe, `|` where the limit falls, the chosen probe starred."""
+def text_chart(probes: list[dict[str, Any]], limit: float, chosen: dict[str, Any] | None,
+               width: int = WIDTH) -> list[str]:
+    """Rich-markup lines: a bar per probe (`width` characters for the largest), `|` where the limit falls, the
+    chosen probe starred."""
     grouped = series(probes)
     if not grouped:
         return []
     top = max([limit, *(r.used_bytes for results in grouped.values() for r in results)])
-    at_limit = round(WIDTH * limit / top)
+    at_limit = round(width * limit / top)
     chosen_strategy = Strategy.from_json(chosen) if chosen else None
     lines = [f"memory against the limit {format_bytes(limit)} (|):"]
     for name, results in grouped.items():
         for result in results:
-            length = round(WIDTH * result.used_bytes / top)
-            cells = ["█" if i < length else " " for i in range(max(WIDTH, at_limit + 1))]
+            length = round(width * result.used_bytes / top)
+            cells = ["█" if i < length else " " for i in range(max(width, at_limit + 1))]
             cells[at_limit] = "|"
             style = "green" if result.status == "fits" else "red"
             mark = " *" if result.strategy == chosen_strategy else ""
-            lines.append(f"  {name:<22} m={result.strategy.micro_batch:<5} [{style}]{''.join(cells)}[/] "
+            lines.append(f"  {escape(name):<16} m={result.strategy.micro_batch:<5} [{style}]{''.join(cells)}[/] "
                          f"{format_bytes(result.used_bytes)}{mark}")
     return lines
 

@@ -1,6 +1,7 @@
 """Rendering for people (rich, on stderr) and machines (JSON, on stdout). No decisions are made here."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -88,26 +89,31 @@ class ProbeProgress:
                       f"{detail:<12} {_throughput(result.samples_per_sec):>9}  {elapsed:5.1f}s{reused}")
 
     def close(self) -> None:
-        """Stop the live line (restores the cursor); safe to call twice, e.g. on Ctrl-C."""
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
+        """Stop the live line and show the cursor again; safe to call twice, and after a Ctrl-C that interrupted
+        a stop half-way (rich then has nothing left to pop)."""
+        live, self.live = self.live, None
+        if live is not None:
+            with contextlib.suppress(IndexError):
+                live.stop()
+            console.show_cursor(True)
 
 
 def probe_table(probes: list[dict[str, Any]], limit: float) -> Table:
+    """One row per probe; the strategy in one column (its label, recompute as r/total) so it fits 80 columns."""
     table = Table(title="probes", title_justify="left", show_lines=False)
-    right = ("#", "micro", "accum", "recompute", "peak", "of limit", "samples/s")
-    for column in ("#", "rung", "precision", "micro", "accum", "recompute", "status", "peak", "of limit",
-                   "samples/s", "note"):
-        table.add_column(column, justify="right" if column in right else "left")
+    for column in ("#", "rung", "strategy", "status", "peak", "of limit", "samples/s", "note"):
+        table.add_column(column, justify="right" if column in ("#", "peak", "of limit", "samples/s") else "left",
+                         no_wrap=column != "note")
     for index, result in enumerate(probes, 1):
         used = _used(result)
-        total = result.get("total_blocks")
-        recompute = f"{result['recomputed_blocks']}/{total}" if total else str(result["recomputed_blocks"])
+        label = Strategy.from_json(result).label()
+        if result.get("total_blocks"):
+            label = label.replace(f"r={result['recomputed_blocks']}", f"r={result['recomputed_blocks']}/"
+                                                                       f"{result['total_blocks']}", 1)
         note = "" if result["status"] in ("fits", "over_budget") else escape((result.get("error") or "")[:60])
-        table.add_row(str(index), escape(result.get("rung") or "-"), result["precision"], str(result["micro_batch"]),
-                      str(result["accumulation"]), recompute, _status(result["status"]), format_bytes(used),
-                      f"{used / limit:.0%}" if used else "-", _throughput(result.get("samples_per_sec")), note)
+        table.add_row(str(index), escape(result.get("rung") or "-"), escape(label), _status(result["status"]),
+                      format_bytes(used), f"{used / limit:.0%}" if used else "-",
+                      _throughput(result.get("samples_per_sec")), note)
     return table
 
 
@@ -139,7 +145,7 @@ def render_breakdown(chosen: dict[str, Any]) -> None:
 def render_tuning(report: dict[str, Any]) -> None:
     limit = report["limit_bytes"]
     console.print(probe_table(report["probes"], limit))
-    for line in text_chart(report["probes"], limit, report["chosen"]):
+    for line in text_chart(report["probes"], limit, report["chosen"], width=max(16, min(48, console.width - 42))):
         console.print(line)
     for note in report["notes"]:
         say(f"note: {note}")

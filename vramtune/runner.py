@@ -206,10 +206,5 @@ class ChildBackend:
 def result_from(job: ProbeJob, outcome: dict[str, Any], seconds: float) -> ProbeResult:
     """A ProbeResult from what the child (or its classification) said."""
     device = job.device
-    keys = ("peak_bytes", "reserved_bytes", "step_seconds", "samples_per_sec", "loss", "total_blocks",
-            "block_path", "error", "error_kind", "optimizer_state", "weight_bytes", "gradient_bytes", "optimizer_bytes",
-            "rank_peak_bytes", "recompute_options", "batchnorm_layers")
-    return ProbeResult(status=outcome["status"], strategy=Strategy.from_json(job.strategy),
-                       device={"name": device["name"], "kind": device["kind"]},
-                       paddle_version=device["paddle_version"], seconds=round(seconds, 3),
-                       **{key: outcome.get(key) for key in keys})
+    return ProbeResult.from_json({**outcome, **job.strategy, "device": {"name": device["name"], "kind": device["kind"]},
+                                  "paddle_version": device["paddle_version"], "seconds": round(seconds, 3)})

@@ -15,7 +15,7 @@ RUN_FAKE = textwrap.dedent("""
     sys.path[:0] = [{tests!r}, {root!r}]
     from fakes import FakeBackend, FakeDevice
     from vramtune import cli
-    cli.app = cli.make_app(FakeBackend(FakeDevice(per_sample=2**20 / 20, blocks=6)))
+    cli.app = cli.make_app(FakeBackend(FakeDevice(per_sample=2**20 / 20, saved=2**20 / 400, blocks=6)))
     sys.argv = ["vramtune", *sys.argv[1:]]
     cli.main()
 """).format(tests=str(ROOT / "tests"), root=str(ROOT))
@@ -65,3 +65,41 @@ def test_an_edited_factory_module_is_probed_again(tmp_path, fake_cli, write_spec
     helper.write_text("WIDTH = 2048\n")  # a local module the factory imports
     code, out, _ = cli("probe", spec, "--json")
     assert code == 0 and json.loads(out)["reused"] == 0 and len(backend.jobs) == 2 * first
+
+
+SLOW_FAKE = RUN_FAKE.replace("cli.main()", """
+import time
+fake = FakeDevice(per_sample=2**20 / 20, blocks=6)
+original = fake.result
+fake.result = lambda s, budget: (time.sleep(1.5), original(s, budget))[1]
+cli.app = cli.make_app(FakeBackend(fake))
+cli.main()""")
+
+
+def test_ctrl_c_during_the_live_display_restores_the_cursor_and_prints_the_summary_after_it():
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-c", SLOW_FAKE, "probe", CONFIGS / "mlp-python-cpu.yaml"],
+                               stdin=terminal, stdout=terminal, stderr=terminal, env={**os.environ, "TERM": "xterm"},
+                               start_new_session=True)
+    os.close(terminal)
+    output = b""
+    deadline = time.monotonic() + 30
+    while b"\x1b[?25l" not in output and time.monotonic() < deadline:  # the spinner hid the cursor
+        output += os.read(controller, 4096)
+    process.send_signal(2)  # SIGINT, as Ctrl-C
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    process.wait(timeout=30)
+    os.close(controller)
+    text = output.decode(errors="replace")
+    assert process.returncode == 130, text[-2000:]
+    hidden, shown = text.index("\x1b[?25l"), text.rindex("\x1b[?25h")
+    assert hidden < shown < text.index("finished probes are saved; run again to resume")
