@@ -1,7 +1,10 @@
 """Shared fixtures: a hermetic CLI runner, a private results cache, and paths to the shipped configs."""
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 SPECS = Path(__file__).resolve().parent / "specs"
 FAULTS = Path(__file__).resolve().parent / "faults"
+
+
+@functools.cache
+def gpu_present() -> bool:
+    """Whether Paddle here sees a GPU (asked in a child: the test process never imports Paddle for this)."""
+    done = subprocess.run([sys.executable, "-c", "import paddle; print(paddle.is_compiled_with_cuda() and "
+                           "paddle.device.cuda.device_count() > 0)"], capture_output=True, text=True, timeout=120)
+    return done.stdout.strip().endswith("True")
 
 
 @pytest.fixture(autouse=True)

@@ -339,3 +339,34 @@ def test_check_on_a_runner_with_fewer_gpus_smokes_or_fails_strictly(fake_cli, wr
     assert (verdict["measured"]["devices"], verdict["measured"]["sharding_stage"]) == (1, 0)
     code, _, _ = cli("check", path, "--strict")
     assert code == 1
+
+
+def test_a_failing_smoke_probe_fails_the_check(fake_cli, write_spec):
+    device = small()
+    cli, _ = fake_cli(device, missing={"gpu"})
+    spec = mlp_spec(device="gpu", budget="auto")
+    spec["tuned"] = {"precision": "fp16", "micro_batch": 512, "accumulation": 4, "peak_bytes": 10**9,
+                     "device": "NVIDIA A100", "device_kind": "gpu"}
+    device.result = lambda s, budget: __import__("vramtune.records", fromlist=["ProbeResult"]).ProbeResult(
+        "crashed", s, error="exit code 1 without a result: ImportError: no flash_attn")
+    code, out, _ = cli("check", write_spec(spec, "gpu.tuned.yaml"), "--json")
+    verdict = json.loads(out)
+    assert code == 1 and verdict["status"] == "fail"
+    assert verdict["reasons"] == ["the spec no longer trains: crashed: exit code 1 without a result: ImportError: "
+                                  "no flash_attn"]
+
+
+def test_apply_sets_aside_a_damaged_summary_and_unreadable_results_then_tunes_again(fake_cli, private_cache, tmp_path):
+    cli, backend = fake_cli(small())
+    assert cli("apply", SPEC, "-o", tmp_path / "a.yaml")[0] == 0
+    probes = len(backend.jobs)
+    (summary,) = private_cache.glob("*/summary.json")
+    (saved,) = private_cache.glob("*/probes.jsonl")
+    summary.write_text('{"spec": "mlp", "chosen": ')  # torn
+    saved.write_bytes(b"\xff\xfe not utf-8")
+    code, _, err = cli("apply", SPEC, "-o", tmp_path / "b.yaml")
+    assert code == 0, err
+    assert "warning: saved summary" in err and "is damaged" in err and "moved to summary.json.bad-" in err
+    assert "warning: saved results" in err and "unreadable" in err
+    assert len(backend.jobs) == 2 * probes  # nothing trusted: probed again
+    assert (tmp_path / "a.yaml").read_text() == (tmp_path / "b.yaml").read_text()

@@ -6,6 +6,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import paddle
@@ -45,6 +46,10 @@ class Faulty(nn.Layer):
             time.sleep(600)
         elif self.mode == "raise":
             raise RuntimeError("the model's forward failed")
+        elif self.mode == "exit_oom":  # dies without a result, having said why on stderr (as a CUDA OOM abort does)
+            sys.stderr.write("ResourceExhausted: Out of memory error on GPU 0. Cannot allocate 2.000000GB\n")
+            sys.stderr.flush()
+            os._exit(3)
 
 
 def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | None = None,

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import CONFIGS, ROOT, mlp_spec
+from conftest import CONFIGS, ROOT, gpu_present, mlp_spec
 
 pytestmark = pytest.mark.paddle
 
@@ -124,6 +124,7 @@ def test_example_training_script_peaks_as_tuned(tuned_file):
     assert abs(result["peak_bytes"] - result["tuned_peak_bytes"]) <= 0.05 * result["tuned_peak_bytes"]
 
 
+@pytest.mark.skipif(gpu_present(), reason="asserts what a CPU-only machine does")
 def test_gpu_tuned_file_on_cpu_runs_a_smoke_probe(cli, write_spec):
     spec = mlp_spec(device="gpu", budget="auto")
     spec["tuned"] = {"precision": "fp16", "micro_batch": 512, "accumulation": 4, "recomputed_blocks": 2,
@@ -152,3 +153,19 @@ def test_apply_when_nothing_fits_exits_1_and_writes_nothing(cli):
     code, _, err = cli("apply", spec)
     assert code == 1 and not out.exists()
     assert err.splitlines()[-1] == f"error: nothing fits rung-nothing within the budget; see `vramtune probe {spec}`"
+
+
+def test_the_runtime_with_recompute_reproduces_the_probe_peak(cli, tmp_path, monkeypatch):
+    from conftest import SPECS
+    monkeypatch.setenv("VRAMTUNE_CACHE", str(tmp_path / "cache"))
+    shutil.copy(SPECS / "rung-recompute.yaml", tmp_path / "spec.yaml")
+    shutil.copy(CONFIGS / "mlp_model.py", tmp_path / "mlp_model.py")
+    code, _, err = cli("apply", tmp_path / "spec.yaml", "-o", tmp_path / "spec.tuned.yaml")
+    assert code == 0, err
+    tuned = yaml.safe_load((tmp_path / "spec.tuned.yaml").read_text())["tuned"]
+    assert tuned["recomputed_blocks"] > 0
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_tuned.py"), str(tmp_path / "spec.tuned.yaml"),
+                           "--steps", "6"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert abs(result["peak_bytes"] - tuned["peak_bytes"]) <= 0.05 * tuned["peak_bytes"], (result, tuned)

