@@ -347,7 +347,7 @@ def test_a_timeout_ends_only_the_probes_processes(cli, write_spec, tmp_path):
     try:
         spec = fault_spec("hang", lo=8, timeout=6)
         code, result, _ = run_json(cli, "measure", write_spec(spec), "--micro-batch", 64)
-        assert result["status"] == "timeout" and bystander.poll() is None
+        assert (code, result["status"]) == (1, "timeout") and bystander.poll() is None
     finally:
         bystander.kill()
         bystander.wait()
