@@ -17,6 +17,7 @@ class Faulty(nn.Layer):
     def __init__(self, mode: str, lo: int, hi: int, pid_file: str | None, rank: int | None):
         super().__init__()
         self.mode, self.lo, self.hi, self.pid_file, self.rank = mode, lo, hi, pid_file, rank
+        self.calls = 0
         self.blocks = nn.LayerList([nn.Linear(32, 32) for _ in range(2)])
         self.head = nn.Linear(32, 4)
 
@@ -29,6 +30,9 @@ class Faulty(nn.Layer):
         out = self.head(x)
         if self.mode == "nan" and bad:
             out = out * float("nan")
+        if self.mode == "inf_first" and self.calls < self.lo:  # the first `lo` steps overflow under loss scaling
+            out = out * 1e35
+        self.calls += 1
         return out
 
     def misbehave(self) -> None:
@@ -57,6 +61,8 @@ def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | No
     """rank: misbehave on that data-parallel rank only (all ranks when None)."""
     if mode == "build_error":
         raise ValueError("width must be even")
+    if mode == "build_oom":  # the weights alone do not fit
+        paddle.empty([1 << 42], dtype="float32")
     if mode == "not_a_layer":
         return "a string"
     return Faulty(mode, lo, hi, pid_file, rank)

@@ -351,3 +351,31 @@ def test_a_timeout_ends_only_the_probes_processes(cli, write_spec, tmp_path):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+@pytest.mark.parametrize("mode, lo", [("build_oom", 1), ("oom", 0)])  # in the build; in the one-sample check
+def test_running_out_of_memory_before_training_is_a_memory_result_not_bad_input(cli, write_spec, mode, lo):
+    path = write_spec(fault_spec(mode, lo=lo))
+    code, result, err = run_json(cli, "measure", path, "--micro-batch", 64)
+    assert (code, result["status"]) == (1, "oom"), err
+    assert "ResourceExhausted" in result["error"]
+    code, report, err = run_json(cli, "probe", path)
+    assert code == 1 and report["chosen"] is None and "nothing fits" in err
+
+
+def test_warmup_waits_for_the_optimizer_state_when_the_scaler_skips_steps(tmp_path, monkeypatch):
+    """fp16's GradScaler skips optimizer.step() while it finds inf gradients: the measured peak must include
+    AdamW's moments, so warmup goes on until they exist (the scaler itself runs on CPU too)."""
+    from vramtune.child.worker import run_probe
+    from vramtune.runner import ChildBackend
+    from vramtune.session import job_for
+    from vramtune.spec import spec_from_dict
+    from vramtune.strategy import Strategy
+
+    monkeypatch.syspath_prepend(str(FAULTS))
+    spec = spec_from_dict(fault_spec("inf_first", lo=3), str(tmp_path / "spec.yaml"))
+    device = ChildBackend().describe("cpu")
+    job = job_for(spec, Strategy(precision="fp16", micro_batch=8, accumulation=1), device).to_json()
+    result = run_probe(job)
+    assert result["optimizer_state"] is True and result["status"] == "measured", result
+    assert result["optimizer_bytes"] > 0

@@ -13,6 +13,7 @@ from typing import Any
 
 from vramtune.reading import Section, positive
 from vramtune.sources.base import Source
+from vramtune.text import looks_like_oom
 
 LOSSES = ("cross_entropy", "mse", "model")
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
@@ -135,6 +136,8 @@ class Python(Source):
         try:
             net = factory(**settings.kwargs)
         except Exception as error:
+            if isinstance(error, MemoryError) or looks_like_oom(str(error)):
+                raise  # the weights do not fit: a memory result, not bad input
             raise BuildError(f"model.factory: {settings.factory!r} raised {type(error).__name__}: {error}") from error
         if not isinstance(net, paddle.nn.Layer):
             raise BuildError(f"model.factory: {settings.factory!r} returned {type(net).__name__}, "
