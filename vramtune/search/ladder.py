@@ -52,7 +52,7 @@ class SearchProblem:
     sharding_stages: list[int] = field(default_factory=lambda: [0])  # stages the device can run
     skipped: dict[str, str] = field(default_factory=dict)  # what else the device cannot run, and why
     min_micro_batch: int | None = None  # the spec's floor; None: BATCHNORM_FLOOR for BatchNorm models
-    to_static: bool = True  # try paddle.jit.to_static where memory is tight
+    to_static: bool = True  # try paddle.jit.to_static at the best configuration
 
 
 @dataclass
