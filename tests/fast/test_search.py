@@ -185,8 +185,8 @@ def test_boundary_is_predicted_where_a_walk_would_take_dozens_of_probes():
     assert fits.count(False) == 29 and fits.count(True) == 31
     outcome = Tuner(device.measure(budget), prob).run()
     assert outcome.chosen.strategy.micro_batch == 72
-    boundary = [s for s in device.calls if s.recomputed_blocks == 0 and s.micro_batch >= 72]
-    assert len(boundary) <= 4, [s.label() for s in device.calls]
+    plain = [s for s in device.calls if s.recomputed_blocks == 0]  # the boundary, plus one throughput step below it
+    assert len(plain) <= 5, [s.label() for s in device.calls]
 
 
 class NonMonotonic(FakeDevice):
