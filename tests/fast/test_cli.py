@@ -370,3 +370,13 @@ def test_apply_sets_aside_a_damaged_summary_and_unreadable_results_then_tunes_ag
     assert "warning: saved results" in err and "unreadable" in err
     assert len(backend.jobs) == 2 * probes  # nothing trusted: probed again
     assert (tmp_path / "a.yaml").read_text() == (tmp_path / "b.yaml").read_text()
+
+
+def test_plot_draws_the_saved_probes_as_a_png(fake_cli, tmp_path):
+    cli, _ = fake_cli(small())
+    code, out, err = cli("plot", SPEC, "-o", tmp_path / "memory.png")
+    assert (code, out) == (2, "") and "no saved results for mlp-python-cpu: run `vramtune probe" in err
+    assert cli("probe", SPEC)[0] == 0
+    code, _, err = cli("plot", SPEC, "-o", tmp_path / "memory.png")
+    assert code == 0 and err.endswith(f"wrote {tmp_path / 'memory.png'}\n")
+    assert (tmp_path / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
