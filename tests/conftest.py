@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 SPECS = Path(__file__).resolve().parent / "specs"
 FAULTS = Path(__file__).resolve().parent / "faults"
+
+
+needs_paddlenlp = pytest.mark.skipif(importlib.util.find_spec("paddlenlp") is None,
+                                     reason="PaddleNLP is not installed (the Paddle 2.6 run)")
 
 
 @functools.cache

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import CONFIGS, ROOT, gpu_present, mlp_spec
+from conftest import CONFIGS, ROOT, gpu_present, mlp_spec, needs_paddlenlp
 
 pytestmark = pytest.mark.paddle
 
@@ -85,6 +85,7 @@ def test_apply_force_on_a_tuned_file_replaces_its_tuned_section(tuned_file, cli,
     assert again.read_text().count("\ntuned:") == 1
 
 
+@needs_paddlenlp
 def test_paddlenlp_export_loads_with_pdargumentparser(tuned_file, cli):
     from paddlenlp.trainer import PdArgumentParser, TrainingArguments
 
@@ -98,6 +99,7 @@ def test_paddlenlp_export_loads_with_pdargumentparser(tuned_file, cli):
     assert (args.fp16, args.bf16, args.recompute) == (False, False, tuned["recomputed_blocks"] > 0)
 
 
+@needs_paddlenlp
 def test_paddlenlp_export_warns_about_partial_recompute():
     from paddlenlp.trainer import PdArgumentParser, TrainingArguments
 

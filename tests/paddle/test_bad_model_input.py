@@ -3,7 +3,7 @@ probe, reported as `error: SPEC: key: message` with exit code 2, never as a ladd
 from __future__ import annotations
 
 import pytest
-from conftest import CONFIGS, mlp_spec
+from conftest import CONFIGS, mlp_spec, needs_paddlenlp
 
 pytestmark = pytest.mark.paddle
 
@@ -28,14 +28,17 @@ CASES = [
      "model.factory: 'mlp_model:build' raised TypeError: build() got an unexpected keyword argument 'widht'"),
     ("factory-not-a-layer", mlp_spec(**{"model.factory": "fault_models:build", "model.kwargs": {"mode": "not_a_layer"}}),
      "model.factory: 'fault_models:build' returned str, not a paddle.nn.Layer"),
-    ("nlp-config-unknown", bert(config="bert-base-chinees"),
-     "model.config: 'bert-base-chinees' is neither a local folder nor a built-in PaddleNLP configuration name (did you mean 'bert-base-chinese'?)"),
-    ("nlp-task-missing", bert(task="causal-lm"),
-     "model.task: Bert has no causal-lm model in PaddleNLP (it has: sequence-classification, token-classification, question-answering)"),
-    ("nlp-override-unknown", bert(overrides={"num_layers": 2}),
-     "model.overrides: 'num_layers' is not a field of BertConfig (did you mean 'num_hidden_layers'?)"),
-    ("nlp-seq-too-long", {**bert(), "data": {"seq_len": 4096}},
-     "data.seq_len: 4096 exceeds the model's max_position_embeddings (512)"),
+    pytest.param("nlp-config-unknown", bert(config="bert-base-chinees"),
+     "model.config: 'bert-base-chinees' is neither a local folder nor a built-in PaddleNLP configuration name (did you mean 'bert-base-chinese'?)",
+     marks=needs_paddlenlp),
+    pytest.param("nlp-task-missing", bert(task="causal-lm"),
+     "model.task: Bert has no causal-lm model in PaddleNLP (it has: sequence-classification, token-classification, question-answering)",
+     marks=needs_paddlenlp),
+    pytest.param("nlp-override-unknown", bert(overrides={"num_layers": 2}),
+     "model.overrides: 'num_layers' is not a field of BertConfig (did you mean 'num_hidden_layers'?)",
+     marks=needs_paddlenlp),
+    pytest.param("nlp-seq-too-long", {**bert(), "data": {"seq_len": 4096}},
+     "data.seq_len: 4096 exceeds the model's max_position_embeddings (512)", marks=needs_paddlenlp),
     ("blocks-path-unresolved", mlp_spec(**{"model.block_path": "encoder.layers"}),
      "model.block_path: 'encoder.layers' does not resolve: no 'encoder' (children there: embed, blocks, head)"),
     ("blocks-path-not-a-list", mlp_spec(**{"model.block_path": "head"}),
@@ -47,7 +50,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case, spec, message", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case, spec, message", CASES,
+                         ids=[c.values[0] if hasattr(c, "values") else c[0] for c in CASES])
 def test_bad_model_input(cli, write_spec, case, spec, message):
     path = write_spec(spec)
     code, out, err = cli("measure", path, "--micro-batch", 2, "--accumulation", 1)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from conftest import CONFIGS
+from conftest import CONFIGS, needs_paddlenlp
 
 pytestmark = pytest.mark.paddle
 
@@ -35,6 +35,7 @@ def test_each_source_measures_real_memory(cli, config, micro, blocks):
     assert result["device"]["kind"] == "cpu" and result["error"] is None
 
 
+@needs_paddlenlp
 def test_bert_memory_curve(cli, write_spec):
     """Peak doubles-ish with the micro-batch, falls with each block recomputed by the wrapper (block_path given),
     falls with BERT's own all-layer recompute, and repeats within 2%."""
@@ -55,6 +56,7 @@ def test_bert_memory_curve(cli, write_spec):
     assert abs(again["peak_bytes"] - base["peak_bytes"]) <= 0.02 * base["peak_bytes"]
 
 
+@needs_paddlenlp
 def test_gpt_causal_lm_source(cli, write_spec):
     spec = write_spec({
         "name": "gpt-tiny", "model": {"source": "paddlenlp", "config": "gpt2-small-en",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CONFIGS, SPECS, gpu_present
+from conftest import CONFIGS, SPECS, gpu_present, needs_paddlenlp
 
 pytestmark = pytest.mark.paddle
 
@@ -18,6 +18,7 @@ def used(result):
     return result["reserved_bytes"] or result["peak_bytes"]
 
 
+@needs_paddlenlp
 def test_bert_demo_config_tunes(cli):
     code, report, err = probe(cli, CONFIGS / "bert-mini-cpu.yaml")
     assert code == 0, err
