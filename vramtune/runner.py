@@ -116,7 +116,8 @@ class ChildProcess:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=self.GRACE)
         self._signal_group(signal.SIGKILL)
-        self.process.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a loaded machine may be slow to deliver it:
+            self.process.wait(timeout=self.GRACE)  # never block an interrupt on it (the sweep follows)
 
     def _signal_group(self, signum: int) -> None:
         if self.process is not None:

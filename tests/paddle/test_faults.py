@@ -285,7 +285,7 @@ def test_interrupting_a_two_rank_probe_leaves_nothing_running(write_spec, tmp_pa
     assert wait_until(pid_file.exists, 120)  # rank 1's model is hanging
     grandchild, rank = map(int, pid_file.read_text().split())
     process.send_signal(signal.SIGINT)
-    _finish(process, 60)
+    _finish(process, 120)
     assert process.returncode == 130
     assert wait_until(lambda: process_gone(grandchild) and process_gone(rank), 15)
 
