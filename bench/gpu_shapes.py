@@ -22,7 +22,7 @@ from vramtune.strategy import Strategy  # noqa: E402
 def problem(shape: Shape) -> SearchProblem:
     sizes = AccumulationSearch(max_accumulation=shape.max_accumulation).candidates(shape.target_batch)
     return SearchProblem(target_batch=shape.target_batch, micro_batches=sizes, budget=Budget(shape.budget_bytes, 0.05),
-                         amp_precisions=shape.precisions, unsupported=dict(shape.device.amp_unsupported),
+                         amp_precisions=shape.precisions, unsupported=shape.unsupported(),
                          max_accumulation=shape.max_accumulation, speed_rises_with_batch=True)
 
 

@@ -1,13 +1,16 @@
 """Fake devices for the search and the CLI: deterministic memory and speed landscapes (no Paddle).
 
 A FakeDevice answers like a probe child would: allocated (and on a GPU reserved) peak bytes and samples/s for
-a strategy. Memory: fixed + m * (per_sample - saved * r) [x amp_factor under AMP] - k1_saving when k = 1.
+a strategy. Memory: fixed [+ amp_cast_bytes under O1] + m * (per_sample - saved * r) [x amp_factor under O1,
+x o2_factor under O2] - k1_saving when k = 1.
 Speed: every micro-step pays `overhead` seconds plus `per_sample_time` per sample, slowed by recompute
-(1 + recompute_cost * r / L), sped up under AMP (amp_speed). GPU shapes (gpu_shapes()) take their numbers from
-published physics: weights + grads + AdamW state = 16 B/param, AMP keeps ~55% of fp32 activation bytes and runs
-~2x faster, fp16 and bf16 take the same bytes, a recomputed block keeps only its input and costs ~1/3 of its
-compute again, reserved = allocated + fragmentation rounded up to 2 MiB blocks, above the card -> oom with no
-figures, a budget below the card -> oom at the budget (FLAGS_gpu_memory_limit_mb), +-1.5% speed noise.
+(1 + recompute_cost * r / L), sped up under AMP (amp_speed; O2 o2_speed more). GPU shapes (gpu_shapes()) take
+their numbers from published physics: weights + grads + AdamW state = 16 B/param (O2: 2 + 2 + 4 master + 8 moments,
+the same 16), AMP O1 keeps ~55% of fp32 activation bytes plus half copies of the weights for backward (2 B/param)
+and runs ~2x faster, O2 keeps ~50% with no weight copies and runs ~10% faster than O1 (no cast kernels), fp16 and
+bf16 take the same bytes, a recomputed block keeps only its input and costs ~1/3 of its compute again, reserved =
+allocated + fragmentation rounded up to 2 MiB blocks, above the card -> oom with no figures, a budget below the
+card -> oom at the budget (FLAGS_gpu_memory_limit_mb), +-1.5% speed noise.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import resource
 import signal
 from dataclasses import dataclass, field
 
+from vramtune.mechanisms.precision import AMP_PRECISIONS, dtype_of, level_of
 from vramtune.mechanisms.sharding import MECHANISM as SHARDING
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.strategy import Strategy
@@ -43,6 +47,9 @@ class FakeDevice:
     recompute_cost: float = 0.25  # step-time fraction added by recomputing every block
     amp_factor: float = 1.0  # AMP activation bytes / fp32
     amp_speed: float = 1.0
+    amp_cast_bytes: float = 0.0  # O1: half copies of the weights kept for backward
+    o2_factor: float | None = None  # O2 activation bytes / fp32 (None: as O1)
+    o2_speed: float = 1.0  # O2's speed over O1's
     small_batch_bonus: float = 0.0  # CPUs: caches favour small batches
     kind: str = "cpu"
     name: str = "fake cpu"
@@ -57,14 +64,20 @@ class FakeDevice:
         return Device(self.kind, 0, self.name, self.card_bytes, "0.0-fake", dict(self.amp_unsupported), count=8)
 
     def peak(self, s: Strategy) -> float:
-        scale = self.amp_factor if s.precision != "fp32" else 1.0
+        level = level_of(s.precision)
+        scale = {"O0": 1.0, "O1": self.amp_factor, "O2": self.o2_factor or self.amp_factor}[level]
         activations = s.micro_batch * scale * (self.per_sample - self.saved * s.recomputed_blocks)
-        sharded = SHARDING.known_saving(s, self.counts())  # each rank keeps 1/N of what its stage partitions
+        sharded = SHARDING.known_saving(s, self.counts(s))  # each rank keeps 1/N of what its stage partitions
         buffers = self.dp_buffer if s.devices > 1 and not s.sharding_stage else 0.0
-        return self.fixed + activations - (self.k1_saving if s.accumulation == 1 else 0.0) - sharded + buffers
+        copies = self.amp_cast_bytes if level == "O1" else 0.0
+        k1_saving = self.k1_saving * (0.5 if level == "O2" else 1.0) if s.accumulation == 1 else 0.0  # half grads
+        return self.fixed + copies + activations - k1_saving - sharded + buffers
 
-    def counts(self) -> dict[str, float]:
-        """fixed = weights (1/4) + gradients (1/4) + optimizer state (1/2), as for fp32 AdamW."""
+    def counts(self, s: Strategy) -> dict[str, float]:
+        """fixed = weights (1/4) + gradients (1/4) + optimizer state (1/2), as for fp32 AdamW; under O2 half
+        weights (1/8) and gradients (1/8), the optimizer holding fp32 master weights too (3/4)."""
+        if level_of(s.precision) == "O2":
+            return {"weight": self.fixed / 8, "gradient": self.fixed / 8, "optimizer": self.fixed * 3 / 4}
         return {"weight": self.fixed / 4, "gradient": self.fixed / 4, "optimizer": self.fixed / 2}
 
     def reserved(self, s: Strategy) -> int | None:
@@ -76,7 +89,7 @@ class FakeDevice:
         per_sample = self.per_sample_time * (1 + self.recompute_cost * s.recomputed_blocks / self.blocks)
         per_sample *= 1 + self.small_batch_bonus * s.micro_batch
         if s.precision != "fp32":
-            per_sample /= self.amp_speed
+            per_sample /= self.amp_speed * (self.o2_speed if level_of(s.precision) == "O2" else 1.0)
         step = s.accumulation * (self.overhead + s.micro_batch * per_sample)
         jitter = int(hashlib.sha256(s.label().encode()).hexdigest()[:8], 16) / 0xFFFFFFFF * 2 - 1
         return s.batch / step * (1 + self.noise * jitter)
@@ -84,9 +97,9 @@ class FakeDevice:
     def result(self, s: Strategy, budget: Budget) -> ProbeResult:
         """What a probe child reports, already judged against the budget as the session would."""
         self.calls.append(s)
-        if self.amp_unsupported.get(s.precision):
-            return ProbeResult("unsupported", s, error=self.amp_unsupported[s.precision])
-        counts = self.counts()
+        if self.amp_unsupported.get(dtype_of(s.precision)):
+            return ProbeResult("unsupported", s, error=self.amp_unsupported[dtype_of(s.precision)])
+        counts = self.counts(s)
         base = ProbeResult("measured", s, total_blocks=self.blocks, block_path="blocks", weight_bytes=int(counts["weight"]),
                            gradient_bytes=int(counts["gradient"]), optimizer_bytes=int(counts["optimizer"]),
                            device={"name": self.name, "kind": self.kind}, paddle_version="0.0-fake")
@@ -145,8 +158,12 @@ class Shape:
     device: FakeDevice
     target_batch: int
     budget_bytes: int
-    precisions: list[str] = field(default_factory=lambda: ["fp16", "bf16"])
+    precisions: list[str] = field(default_factory=lambda: list(AMP_PRECISIONS))
     max_accumulation: int = 64
+
+    def unsupported(self) -> dict[str, str]:
+        """precision -> why the card cannot run it, as the session gives the search."""
+        return {p: why for p in self.precisions if (why := self.device.amp_unsupported.get(dtype_of(p)))}
 
 
 def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, vocab: int = 0) -> dict:
@@ -156,12 +173,13 @@ def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, 
     logits = 2 * 4 * seq * vocab
     keep = 4 * seq * hidden  # a recomputed block keeps only its input
     return {"fixed": 16 * params, "per_sample": layers * per_layer + logits, "saved": per_layer - keep,
-            "blocks": layers, "k1_saving": 0.75 * 4 * params}
+            "blocks": layers, "k1_saving": 0.75 * 4 * params, "amp_cast_bytes": 2 * params}
 
 
 def gpu(name: str, card_gib: float, bf16: bool = True, **physics) -> FakeDevice:
     defaults = {"kind": "gpu", "name": name, "card_bytes": int(card_gib * GiB), "fragmentation": 0.08,
-                "noise": 0.015, "amp_factor": 0.55, "amp_speed": 2.0, "recompute_cost": 0.3, "overhead": 0.008}
+                "noise": 0.015, "amp_factor": 0.55, "amp_speed": 2.0, "recompute_cost": 0.3, "overhead": 0.008,
+                "o2_factor": 0.5, "o2_speed": 1.1}
     unsupported = {} if bf16 else {"bf16": f"{name} has no bf16 support (needs compute capability 8.0+)"}
     return FakeDevice(**{**defaults, **physics}, amp_unsupported=unsupported)
 

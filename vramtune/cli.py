@@ -60,10 +60,10 @@ def mechanism_flags(kind: str) -> Callable[[Callable], Callable]:
     """Add the registered mechanisms' flags to a command: strategy fields (measure) or search options (probe).
     The command receives them in `**flags`."""
     if kind == "fields":
-        params = [_parameter(f.name, Optional[_option_type(f.type, _choices(f.name))],
+        params = [_parameter(f.name, Optional[_option_type(f.type, f.choices)],
                              typer.Option(None, f.flag, f.short, help=f.help)) for f in strategy_fields()]
     else:
-        params = [_parameter(o.param, Optional[List[_option_type(o.type, _choices(o.param))]] if o.multiple else
+        params = [_parameter(o.param, Optional[List[_option_type(o.type, o.choices)]] if o.multiple else
                              (o.type if o.type is bool else Optional[o.type]),
                              typer.Option(o.default, o.flag, help=o.help)) for m in MECHANISMS for o in m.options]
 
@@ -73,12 +73,6 @@ def mechanism_flags(kind: str) -> Callable[[Callable], Callable]:
         command.__signature__ = signature.replace(parameters=own + params)
         return command
     return decorate
-
-
-def _choices(name: str) -> tuple[str, ...] | None:
-    from vramtune.mechanisms.precision import PRECISIONS
-
-    return PRECISIONS if name == "precision" else None
 
 
 def search_overrides(flags: dict[str, Any]) -> dict[str, Any]:

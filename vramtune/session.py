@@ -61,14 +61,18 @@ def job_for(spec: Spec, strategy: Strategy, device: Device) -> ProbeJob:
                     warmup=spec.probe.warmup, block_path=spec.block_path)
 
 
+def unsupported(strategy: Strategy, device: Device) -> str | None:
+    """Why the device cannot run the strategy (the first mechanism that says), or None."""
+    return next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
+
+
 def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
     """One isolated probe, judged against the budget. A mechanism the device cannot run is `unsupported`."""
-    for mechanism in MECHANISMS:
-        reason = mechanism.unsupported(strategy, session.device)
-        if reason:
-            return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
-                               device={"name": session.device.name, "kind": session.device.kind},
-                               paddle_version=session.device.paddle_version)
+    reason = unsupported(strategy, session.device)
+    if reason:
+        return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
+                           device={"name": session.device.name, "kind": session.device.kind},
+                           paddle_version=session.device.paddle_version)
     job = job_for(session.spec, strategy, session.device)
     with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
         result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
@@ -109,12 +113,11 @@ def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
 def sharding_stages(spec: Spec, device: Device) -> tuple[list[int], dict[str, str]]:
     """The sharding stages the search may try (none with one rank or `search.sharding: off`), and why the
     others cannot run on this device."""
-    from vramtune.mechanisms.sharding import MECHANISM, STAGES
+    from vramtune.mechanisms.sharding import STAGES
 
     if spec.devices < 2 or not spec.search["sharding"]:
         return [0], {}
-    reasons = {stage: MECHANISM.unsupported(Strategy(devices=spec.devices, sharding_stage=stage), device)
-               for stage in STAGES}
+    reasons = {stage: unsupported(Strategy(devices=spec.devices, sharding_stage=stage), device) for stage in STAGES}
     return ([stage for stage, why in reasons.items() if not why],
             {f"sharding stage {stage}": why for stage, why in reasons.items() if why})
 
@@ -125,7 +128,9 @@ def search_problem(session: Session) -> SearchProblem:
     stages, skipped = sharding_stages(spec, session.device)
     return SearchProblem(
         target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(), budget=session.budget,
-        amp_precisions=list(spec.search["precision"]), unsupported=dict(session.device.amp_unsupported),
+        amp_precisions=list(spec.search["precision"]),
+        unsupported={p: why for p in spec.search["precision"] if (why := unsupported(Strategy(precision=p),
+                                                                                   session.device))},
         recompute=spec.search["recompute"], max_accumulation=spec.search["accumulation"].max_accumulation,
         speed_rises_with_batch=session.device.kind == "gpu", devices=spec.devices, sharding_stages=stages,
         skipped=skipped, min_micro_batch=spec.search["accumulation"].min_micro_batch,

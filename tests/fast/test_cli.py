@@ -380,3 +380,18 @@ def test_plot_draws_the_saved_probes_as_a_png(fake_cli, tmp_path):
     code, _, err = cli("plot", SPEC, "-o", tmp_path / "memory.png")
     assert code == 0 and err.endswith(f"wrote {tmp_path / 'memory.png'}\n")
     assert (tmp_path / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_gpu_tuned_to_o2_exports_fp16_opt_level_o2_and_o1_only_when_asked(fake_cli, write_spec):
+    card = FakeDevice(kind="gpu", name="fake A100 40GB", card_bytes=40 * 2**30, fixed=8 * 2**30, per_sample=2**30,
+                      amp_factor=0.55, amp_speed=2.0, amp_cast_bytes=2**30, o2_factor=0.5, o2_speed=1.1)
+    cli, _ = fake_cli(card)
+    spec = write_spec(mlp_spec(device="gpu", budget="auto", **{"train.target_batch": 32}), "gpu.yaml")
+    code, out, err = cli("apply", spec, "-o", "-", "--format", "paddlenlp")
+    arguments = json.loads(out)
+    assert code == 0, err
+    assert (arguments["bf16"] or arguments["fp16"]) and arguments["fp16_opt_level"] == "O2"
+    code, out, err = cli("apply", spec, "-o", "-", "--format", "paddlenlp", "--precision", "fp16",
+                         "--precision", "bf16")
+    arguments = json.loads(out)
+    assert code == 0 and arguments["fp16_opt_level"] == "O1", err

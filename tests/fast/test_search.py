@@ -211,7 +211,7 @@ def test_gpu_shapes_are_tuned_in_few_probes_and_near_the_best():
 
     for shape in gpu_shapes():
         row = run(shape)
-        assert row["probes"] <= 12, row
+        assert row["probes"] <= 13, row
         assert row["ratio"] >= 0.97 and row["fits"], row
 
 
@@ -356,3 +356,52 @@ def test_a_model_that_cannot_be_converted_is_reported_once():
     assert not outcome.chosen.strategy.to_static
     assert sum(s.to_static for s in device.calls) == 1
     assert "to_static skipped: to_static: the model cannot be converted: TypeError: x" in outcome.notes
+
+
+def o2_card(**physics) -> FakeDevice:
+    """A GPU whose AMP O1 keeps 4 MiB of half weight copies for backward and O2 does not."""
+    defaults = {"kind": "gpu", "card_bytes": 1 << 40, "fixed": 32 * MiB, "amp_factor": 0.55, "amp_speed": 2.0,
+                "amp_cast_bytes": 4 * MiB, "o2_factor": 0.5, "o2_speed": 1.1}
+    return FakeDevice(**{**defaults, **physics})
+
+
+def test_each_amp_level_has_its_own_memory_model_and_counted_state():
+    from vramtune.mechanisms.precision import AMP_PRECISIONS
+
+    device = o2_card()
+    tuner = Tuner(device.measure(1 << 40), problem(1 << 40, amp_precisions=list(AMP_PRECISIONS)))
+    for strategy in (plan("fp16-o2", 8, 8), plan("fp16-o2", 16, 4), plan("fp16", 8, 8)):
+        tuner.probe("test", strategy)
+    o2, o1 = tuner.model(plan("bf16-o2", 32, 2)), tuner.model(plan("bf16", 32, 2))
+    assert o2.counts == {"weight": 4 * MiB, "gradient": 4 * MiB, "optimizer": 24 * MiB}  # half + fp32 masters
+    assert o1.counts == {"weight": 8 * MiB, "gradient": 8 * MiB, "optimizer": 16 * MiB}
+    assert [s.precision for s, _ in o2.points] == ["fp16-o2", "fp16-o2"] and len(o1.points) == 1
+    assert o2.predict(plan("bf16-o2", 32, 2)) == pytest.approx(device.peak(plan("bf16-o2", 32, 2)), rel=1e-6)
+
+
+def test_o2_is_chosen_where_it_is_faster_and_exported_as_fp16_opt_level():
+    from vramtune.export.paddlenlp_args import tuned_arguments
+    from vramtune.mechanisms.precision import AMP_PRECISIONS
+
+    device = o2_card(per_sample=2 * MiB)
+    budget = 110 * MiB  # limit 104.5 MiB: fp32 m=64 (160 MiB) is over; O2 m=64 (96) fits, O1 (106.4) does not
+    outcome = Tuner(device.measure(budget), problem(budget, amp_precisions=list(AMP_PRECISIONS),
+                                                    speed_rises_with_batch=True)).run()
+    chosen = outcome.chosen.strategy
+    assert chosen.precision == "fp16-o2" and chosen.micro_batch == 64
+    assert [s.label() for s in device.calls[:2]] == ["fp32 m=64 k=1 r=0", "fp16-o2 m=64 k=1 r=0"]
+    arguments, _ = tuned_arguments({**chosen.to_json(), "total_blocks": 4}, "adamw", "gpu")
+    assert (arguments["fp16"], arguments["bf16"], arguments["fp16_opt_level"]) == (True, False, "O2")
+    arguments, _ = tuned_arguments({**chosen.with_(precision="bf16-o2").to_json(), "total_blocks": 4}, "adamw", "gpu")
+    assert (arguments["fp16"], arguments["bf16"], arguments["fp16_opt_level"]) == (False, True, "O2")
+
+
+def test_o1_wins_a_tie_with_o2():
+    from vramtune.mechanisms.precision import AMP_PRECISIONS
+
+    device = o2_card(amp_cast_bytes=0.0, o2_factor=None, o2_speed=1.0)  # O2 changes nothing here
+    budget = 150 * MiB  # every AMP mode fits the whole batch (102.4 MiB), fp32 (160 MiB) does not
+    outcome = Tuner(device.measure(budget), problem(budget, amp_precisions=list(AMP_PRECISIONS),
+                                                    speed_rises_with_batch=True)).run()
+    assert outcome.chosen.strategy.precision in ("fp16", "bf16")
+    assert {s.precision for s in device.calls} >= {"fp16-o2", "bf16-o2", "fp16", "bf16"}

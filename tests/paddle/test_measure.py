@@ -71,11 +71,12 @@ def test_gpt_causal_lm_source(cli, write_spec):
     assert result["recompute_options"] == {"granularities": ["core_attn"], "partial": False}
 
 
-def test_fp16_on_cpu_is_unsupported_not_faked(cli):
-    code, out, err = cli("measure", CONFIGS / "mlp-python-cpu.yaml", "--micro-batch", 256, "--precision", "fp16",
+@pytest.mark.parametrize("precision", ["fp16", "bf16-o2"])
+def test_amp_on_cpu_is_unsupported_not_faked(cli, precision):
+    code, out, err = cli("measure", CONFIGS / "mlp-python-cpu.yaml", "--micro-batch", 256, "--precision", precision,
                          "--json")
     result = json.loads(out)
     assert code == 0
     assert result["status"] == "unsupported" and result["peak_bytes"] is None
     assert result["error"].startswith("AMP cannot be measured on CPU")
-    assert err.startswith("fp16 m=256 k=8 r=0: unsupported\n")
+    assert err.startswith(f"{precision} m=256 k=8 r=0: unsupported\n")

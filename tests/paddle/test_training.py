@@ -42,3 +42,25 @@ def test_accumulation_steps_every_k_and_matches_one_big_step():
     assert run(model, Strategy(precision="fp32", micro_batch=8, accumulation=4)) == [False, False, False, True]
     for expected, got in zip(reference.parameters(), model.parameters()):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_o2_state_counts_half_weights_and_fp32_master_weights():
+    """What O2 changes in the counted state, on real Paddle objects: paddle.amp.decorate casts nothing on CPU, so
+    the weights are cast to bf16 by hand; AdamW with multi_precision (what decorate sets for O2) creates fp32
+    master weights and moments before its kernel runs (CPU has no bf16 AdamW kernel: the step itself fails)."""
+    from vramtune.child.training import state_counts
+
+    model = _mlp()
+    params = sum(int(p.numel()) for p in model.parameters())
+    model.to(dtype="bfloat16")
+    optimizer = paddle.optimizer.AdamW(parameters=model.parameters(), multi_precision=True)
+    for parameter in model.parameters():
+        parameter.grad = paddle.ones_like(parameter)
+    try:
+        optimizer.step()
+    except RuntimeError as error:
+        assert "bfloat16" in str(error)
+    counts = state_counts(model, optimizer)
+    assert counts["weight_bytes"] == counts["gradient_bytes"] == 2 * params
+    pows = 2 * 4 * len(model.parameters())  # beta1/beta2 powers, one float each per parameter
+    assert counts["optimizer_bytes"] == (4 + 8) * params + pows  # fp32 master weights + two fp32 moments

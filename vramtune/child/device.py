@@ -10,8 +10,8 @@ import paddle
 
 from vramtune.records import Device
 
-CPU_AMP_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast has no effect there and CPU has no "
-                  "fp16/bf16 matmul kernels; tune AMP on the GPU")
+CPU_AMP_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there "
+                  "and CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
 
 class DeviceUnavailable(RuntimeError):

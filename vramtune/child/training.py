@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import paddle
 
-from vramtune.mechanisms.precision import SAFE_BLACK_LIST
+from vramtune.mechanisms.precision import SAFE_BLACK_LIST, TRAINER_BLACK_LIST, TRAINER_O2_WHITE_LIST, dtype_of, level_of
 
-AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp16-safe": "float16"}
+AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "Momentum"}
 STATELESS = ("sgd",)  # optimizers that keep no per-parameter state
 
@@ -20,7 +20,7 @@ class StepRunner:
 
     def __init__(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, strategy: Any):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
-        self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0**15) if strategy.precision.startswith("fp16")
+        self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0**15) if dtype_of(strategy.precision) == "fp16"
                        else None)
         self.pending = 0  # micro-batches since the last optimizer step
 
@@ -30,9 +30,11 @@ class StepRunner:
         The loss is detached as PaddleNLP's Trainer does: a loss tensor kept alive keeps its graph's recompute
         inputs alive too, into the next micro-batch."""
         precision = self.strategy.precision
-        black = set(SAFE_BLACK_LIST) if precision == "fp16-safe" else None
-        with paddle.amp.auto_cast(enable=precision != "fp32", dtype=AMP_DTYPES.get(precision, "float16"),
-                                  level="O1", custom_black_list=black):
+        level = level_of(precision)
+        black = set(TRAINER_BLACK_LIST) | (set(SAFE_BLACK_LIST) if precision == "fp16-safe" else set())
+        white = set(TRAINER_O2_WHITE_LIST) if level == "O2" else set()
+        with paddle.amp.auto_cast(enable=level != "O0", dtype=AMP_DTYPES.get(dtype_of(precision), "float16"),
+                                  level=level, custom_black_list=black, custom_white_list=white):
             loss = loss_fn(batch)
         scaled = loss / self.strategy.accumulation
         (self.scaler.scale(scaled) if self.scaler else scaled).backward()
@@ -75,14 +77,18 @@ def optimizer_state_ready(name: str, optimizer: paddle.optimizer.Optimizer) -> b
 
 
 def state_counts(model: paddle.nn.Layer, optimizer: Any) -> dict[str, int]:
-    """Bytes of the weights, their gradients (alive from backward on; kept zeroed between steps) and this rank's
-    optimizer state (Adam's moments, momentum's velocity)."""
+    """Bytes of the weights, their gradients (alive from backward on; kept zeroed between steps; as many bytes
+    as the weights, half under O2) and this rank's optimizer state (Adam's moments, momentum's velocity, O2's
+    master weights)."""
     from vramtune.child.distributed import inner_optimizer
 
     def size(tensor: Any) -> int:
         return int(tensor.numel()) * tensor.element_size()
 
-    accumulators = getattr(inner_optimizer(optimizer), "_accumulators", {})
+    inner = inner_optimizer(optimizer)
+    accumulators = getattr(inner, "_accumulators", {})
+    master_weights = getattr(inner, "_master_weights", {})  # O2: fp32 copies of the half weights
     return {"weight_bytes": sum(size(p) for p in model.parameters()),
             "gradient_bytes": sum(size(p) for p in model.parameters() if not p.stop_gradient),
-            "optimizer_bytes": sum(size(t) for slots in accumulators.values() for t in slots.values())}
+            "optimizer_bytes": sum(size(t) for slots in accumulators.values() for t in slots.values())
+            + sum(size(t) for t in master_weights.values())}

@@ -25,6 +25,7 @@ class Field:
     short: str
     help: str
     check: Callable[[Any], str | None] = lambda value: None
+    choices: tuple[str, ...] | None = None  # the values the flag accepts (shown in --help)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Option:
     help: str
     overrides: Callable[[Any], dict[str, Any]]
     multiple: bool = False
+    choices: tuple[str, ...] | None = None
 
 
 class Mechanism:

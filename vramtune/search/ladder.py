@@ -1,7 +1,7 @@
 """The tuning ladder. Pure: it only calls a `measure(strategy) -> ProbeResult` function.
 
-Ladder: plain (fp32, the whole target batch at once) -> AMP at the whole batch -> gradient accumulation ->
-per-block recompute. Each rung runs only when the cheaper ones did not reach the target. Probes are
+Ladder: plain (fp32, the whole target batch at once) -> AMP at the whole batch (O2, then O1) -> gradient
+accumulation -> per-block recompute. Each rung runs only when the cheaper ones did not reach the target. Probes are
 costly, so memory is predicted (search.memory) before it is measured; a boundary is found by jumping to the
 predicted edge and verifying it. Throughput is measured, not assumed: a smaller micro-batch is probed while
 it keeps getting faster, and a larger micro-batch with recompute while that keeps getting faster.
@@ -120,12 +120,13 @@ class Tuner:
 
     def model(self, strategy: Strategy) -> MemoryModel:
         group = memory_group(strategy)
-        counted = [r.state_bytes for r in self.results.values() if r.state_bytes]
-        counts = {part: max((getattr(r, f"{part}_bytes") or 0 for r in self.results.values()), default=0)
+        mine = {s: r for s, r in self.results.items() if memory_group(s) == group}
+        counted = [r for r in mine.values() if r.state_bytes] or [r for r in self.results.values() if r.state_bytes]
+        states = [r.state_bytes for r in counted]  # the group's own when it has them (O2 counts other parts)
+        counts = {part: max((getattr(r, f"{part}_bytes") or 0 for r in counted), default=0)
                   for part in ("weight", "gradient", "optimizer")}  # the largest: an unpartitioned rank's
-        return MemoryModel(((s, r.used_bytes) for s, r in self.results.items()
-                            if memory_group(s) == group and r.measured and r.used_bytes),
-                           fixed_bytes=sum(counted) / len(counted) if counted else None, counts=counts)
+        return MemoryModel(((s, r.used_bytes) for s, r in mine.items() if r.measured and r.used_bytes),
+                           fixed_bytes=sum(states) / len(states) if states else None, counts=counts)
 
     def predict(self, strategy: Strategy) -> float | None:
         return self.model(strategy).predict(strategy)
@@ -167,9 +168,11 @@ class Tuner:
         problem = self.problem
         target, sizes = problem.target_batch, problem.micro_batches
         amp = [p for p in problem.amp_precisions if p not in problem.unsupported]
+        skipped: dict[str, list[str]] = {}  # why -> the precisions skipped for it
         for precision in problem.amp_precisions:
             if precision in problem.unsupported:
-                self.notes.append(f"{precision} skipped: {problem.unsupported[precision]}")
+                skipped.setdefault(problem.unsupported[precision], []).append(precision)
+        self.notes.extend(f"{', '.join(precisions)} skipped: {why}" for why, precisions in skipped.items())
         self.notes.extend(f"{what} skipped: {why}" for what, why in problem.skipped.items())
         largest = sizes[0]
         whole = largest * problem.devices == target  # the whole batch in one micro-batch per rank
@@ -180,7 +183,7 @@ class Tuner:
             for precision in amp:
                 result = self.probe("amp", plan(precision, largest, target, problem.devices))
                 if result.status in ("oom", "over_budget"):
-                    break  # fp16 and bf16 take the same bytes: the next one would not fit either
+                    break  # least memory first (O2, then O1): the next one would not fit either
             if self.best():
                 return self.finish()
         for precision in [*amp, "fp16-safe", "fp32"]:
@@ -390,7 +393,7 @@ class Tuner:
                         f"(now {problem.max_accumulation}; the smallest micro-batch tried was {smallest})")
         if not problem.recompute and self.blocks:
             tips.append("recompute: set search.recompute to auto")
-        if any(p in problem.unsupported for p in ("fp16", "bf16")):
-            tips.append("AMP (fp16/bf16) on a GPU, which roughly halves activation memory")
+        if problem.unsupported:
+            tips.append("AMP (fp16/bf16, O1 or O2) on a GPU, which roughly halves activation memory")
         tips.append("a shorter sequence / smaller images, or a smaller model")
         return tips
