@@ -16,7 +16,7 @@ WIDTH = 48  # characters for the largest of the peaks and the limit
 
 def series_label(strategy: Strategy) -> str:
     """The strategy less its micro-batch and accumulation: what one line of the chart holds fixed."""
-    return strategy.with_(micro_batch=1, accumulation=1).label().replace(" m=1 k=1", "")
+    return strategy.label(without=("accumulation",))
 
 
 def series(probes: list[dict[str, Any]]) -> dict[str, list[ProbeResult]]:

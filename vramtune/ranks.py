@@ -3,6 +3,7 @@ nothing inherited that would reconfigure it), and one result from every rank's."
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import socket
 from pathlib import Path
@@ -55,8 +56,7 @@ def rank_logs(folder: str, ranks: int) -> list[str]:
 
 
 def read_rank_results(out: str, ranks: int) -> list[dict[str, Any] | None]:
-    import json
-
+    """Each rank's result file (OUT.rankN), None where a rank wrote none or an unreadable one."""
     results = []
     for rank in range(ranks):
         payload = None

@@ -106,10 +106,7 @@ def probe_table(probes: list[dict[str, Any]], limit: float) -> Table:
                          no_wrap=column != "note")
     for index, result in enumerate(probes, 1):
         used = _used(result)
-        label = Strategy.from_json(result).label()
-        if result.get("total_blocks"):
-            label = label.replace(f"r={result['recomputed_blocks']}", f"r={result['recomputed_blocks']}/"
-                                                                       f"{result['total_blocks']}", 1)
+        label = Strategy.from_json(result).label(total_blocks=result.get("total_blocks"))
         note = "" if result["status"] in ("fits", "over_budget") else escape((result.get("error") or "")[:60])
         table.add_row(str(index), escape(result.get("rung") or "-"), escape(label), _status(result["status"]),
                       format_bytes(used), f"{used / limit:.0%}" if used else "-",

@@ -38,8 +38,11 @@ class _StrategyMethods:
             values[field.name] = value
         return cls(**values)
 
-    def label(self) -> str:
-        return " ".join(part for part in (mechanism.label(self) for mechanism in MECHANISMS) if part)
+    def label(self, without: tuple[str, ...] = (), total_blocks: int | None = None) -> str:
+        """e.g. "bf16 m=8 k=4 r=2": each mechanism's part but those named in `without`; total_blocks shows the
+        recomputed blocks out of the model's (r=2/12)."""
+        parts = (m.label(self, total_blocks) for m in MECHANISMS if m.name not in without)
+        return " ".join(part for part in parts if part)
 
     def with_(self, **changes: Any) -> Strategy:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]

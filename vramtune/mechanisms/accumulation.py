@@ -51,7 +51,7 @@ class Accumulation(Mechanism):
             settings.micro_batches = None
         return settings
 
-    def label(self, strategy) -> str:
+    def label(self, strategy, total_blocks: int | None = None) -> str:
         return f"m={strategy.micro_batch} k={strategy.accumulation}"
 
     def weight(self, strategy) -> int:

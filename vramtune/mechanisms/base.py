@@ -61,7 +61,8 @@ class Mechanism:
         explores (e.g. `devices`); None when it has none."""
         return None
 
-    def label(self, strategy: Any) -> str:
+    def label(self, strategy: Any, total_blocks: int | None = None) -> str:
+        """Its part of a strategy's label ("" when off); total_blocks, where known, for a count out of the model's."""
         return " ".join(f"{field.short.lstrip('-')}={getattr(strategy, field.name)}" for field in self.fields)
 
     def weight(self, strategy: Any) -> int:

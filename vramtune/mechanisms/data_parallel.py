@@ -21,7 +21,7 @@ class DataParallel(Mechanism):
     def read_top(self, root) -> int:
         return root.get("devices", int, 1, check=positive(1024)) or 1
 
-    def label(self, strategy) -> str:
+    def label(self, strategy, total_blocks: int | None = None) -> str:
         return f"n={strategy.devices}" if strategy.devices > 1 else ""
 
     def unsupported(self, strategy, device) -> str | None:

@@ -65,7 +65,7 @@ class Precision(Mechanism):
                                        f"allowed: {', '.join(AMP_PRECISIONS)} (fp32 is always tried)")
         return [p for p in AMP_PRECISIONS if p in values]  # least memory first, whatever the spec's order
 
-    def label(self, strategy) -> str:
+    def label(self, strategy, total_blocks: int | None = None) -> str:
         return strategy.precision
 
     def weight(self, strategy) -> int:

@@ -27,9 +27,10 @@ class Recompute(Mechanism):
     def read_search(self, section) -> bool:
         return section.get("recompute", str, "auto", choices=("auto", "off")) != "off"
 
-    def label(self, strategy) -> str:
+    def label(self, strategy, total_blocks: int | None = None) -> str:
         granularity = strategy.recompute_granularity
-        return f"r={strategy.recomputed_blocks}" + (f":{granularity}" if granularity != "full" else "")
+        return (f"r={strategy.recomputed_blocks}" + (f"/{total_blocks}" if total_blocks else "")
+                + (f":{granularity}" if granularity != "full" else ""))
 
     def weight(self, strategy) -> int:
         return strategy.recomputed_blocks

@@ -24,7 +24,7 @@ class Sharding(Mechanism):
     def read_search(self, section) -> bool:
         return section.get("sharding", str, "auto", choices=("auto", "off")) != "off"
 
-    def label(self, strategy) -> str:
+    def label(self, strategy, total_blocks: int | None = None) -> str:
         return f"s={strategy.sharding_stage}" if strategy.sharding_stage else ""
 
     def weight(self, strategy) -> int:

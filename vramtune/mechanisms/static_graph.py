@@ -20,7 +20,7 @@ class StaticGraph(Mechanism):
     def read_search(self, section) -> bool:
         return section.get("to_static", str, "auto", choices=("auto", "off")) != "off"
 
-    def label(self, strategy) -> str:
+    def label(self, strategy, total_blocks: int | None = None) -> str:
         return "static" if strategy.to_static else ""
 
     def weight(self, strategy) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vramtune.mechanisms import MECHANISMS, Mechanism
+from vramtune.search.fitting import least_squares
 from vramtune.strategy import Strategy
 
 Point = tuple[Strategy, int]  # (strategy, used bytes)
@@ -27,25 +28,14 @@ def _affine(points: list[tuple[int, int]], fixed: float | None) -> tuple[float, 
     if len(sizes) == 1:
         a = min(fixed or 0.0, min(used for _, used in points))
         return a, sum(used - a for _, used in points) / sum(m for m, _ in points)
-    n = len(points)
-    mean_m = sum(m for m, _ in points) / n
-    mean_u = sum(u for _, u in points) / n
-    slope = sum((m - mean_m) * (u - mean_u) for m, u in points) / sum((m - mean_m) ** 2 for m, _ in points)
-    return mean_u - slope * mean_m, max(slope, 0.0)
+    fitted = least_squares(points)
+    assert fitted is not None  # two sizes or more
+    return fitted[0], max(fitted[1], 0.0)
 
 
 def _others(strategy: Strategy, varying: set[str]) -> tuple:
     """The strategy's values outside the `varying` fields."""
     return tuple(value for name, value in strategy.to_json().items() if name not in varying)
-
-
-def _line(points: list[tuple[float, int]]) -> tuple[float, float]:
-    """Least-squares intercept and slope (any sign)."""
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
-    return mean_y - slope * mean_x, slope
 
 
 class MemoryModel:
@@ -119,7 +109,7 @@ class MemoryModel:
 
             line = [(mechanism.memory_term(s), used) for s, used in self.points
                     if _others(s, varying) == _others(strategy, varying)]
-            if len({x for x, _ in line}) >= 2:
-                intercept, slope = _line(line)
-                return intercept + slope * mechanism.memory_term(strategy)
+            fitted = least_squares(line)
+            if fitted is not None:
+                return fitted[0] + fitted[1] * mechanism.memory_term(strategy)
         return None

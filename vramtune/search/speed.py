@@ -4,21 +4,13 @@ fraction of throughput per block. It only decides what is not worth probing; cho
 from __future__ import annotations
 
 from vramtune.records import ProbeResult
+from vramtune.search.fitting import least_squares
 from vramtune.strategy import Strategy
-
-
-def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
-    if len({x for x, _ in points}) < 2:
-        return None
-    n = len(points)
-    mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
-    return mean_y - slope * mean_x, slope
 
 
 def _fit(results: dict[Strategy, ProbeResult], precision: str) -> tuple[float, float] | None:
     """(t, o) with 1/speed = t + o * (1/m), from the probes of one precision without recompute."""
-    return _line([(1 / s.micro_batch, 1 / r.samples_per_sec) for s, r in results.items()
+    return least_squares([(1 / s.micro_batch, 1 / r.samples_per_sec) for s, r in results.items()
                   if s.precision == precision and not s.recomputed_blocks and r.samples_per_sec])
 
 
