@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from conftest import CONFIGS, needs_paddlenlp
+from conftest import CONFIGS, SPECS, needs_paddlenlp
 
 pytestmark = pytest.mark.paddle
 
@@ -80,3 +80,18 @@ def test_amp_on_cpu_is_unsupported_not_faked(cli, precision):
     assert result["status"] == "unsupported" and result["peak_bytes"] is None
     assert result["error"].startswith("AMP cannot be measured on CPU")
     assert err.startswith(f"{precision} m=256 k=8 r=0: unsupported\n")
+
+
+def test_sharding_stage_1_over_two_ranks_halves_the_optimizer_state_per_rank(cli):
+    """Two CPU ranks (gloo) of a model whose AdamW state dominates: stage 1 keeps half the state per rank."""
+    results = {}
+    for stage, exit_code in ((0, 1), (1, 0)):
+        code, out, err = cli("measure", SPECS / "two-ranks.yaml", "--micro-batch", 16, "--sharding-stage", stage,
+                             "--json")
+        results[stage] = json.loads(out)
+        assert code == exit_code, err
+    plain, sharded = results[0], results[1]
+    assert (plain["status"], sharded["status"]) == ("over_budget", "fits")  # budget 64 MiB
+    assert len(plain["rank_peak_bytes"]) == len(sharded["rank_peak_bytes"]) == 2
+    assert sharded["optimizer_bytes"] == pytest.approx(plain["optimizer_bytes"] / 2, rel=0.01)
+    assert max(sharded["rank_peak_bytes"]) < 0.6 * plain["peak_bytes"]

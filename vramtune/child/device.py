@@ -50,6 +50,8 @@ def describe(device: str) -> Device:
     unsupported = {}
     if not paddle.amp.is_float16_supported(place):
         unsupported["fp16"] = f"{properties.name} has no fp16 AMP support in this Paddle build"
+    elif properties.major < 7:  # auto_cast and decorate silently run fp32 there (paddle.amp, _is_gpu_float16_supported)
+        unsupported["fp16"] = f"{properties.name} is below compute capability 7.0, where Paddle's fp16 AMP does nothing"
     if not paddle.amp.is_bfloat16_supported(place):
         unsupported["bf16"] = f"{properties.name} has no bf16 support (needs compute capability 8.0+)"
     return Device("gpu", index, properties.name, int(properties.total_memory), version, unsupported,

@@ -29,9 +29,10 @@ def die_with_launcher() -> None:
 
 
 def inner_optimizer(optimizer: Any) -> Any:
-    """The optimizer that holds the state, inside fleet's wrappers."""
-    while hasattr(optimizer, "_inner_opt"):
-        optimizer = optimizer._inner_opt
+    """The optimizer that holds the state, inside fleet's wrappers (stage 1: `_inner_opt`; group_sharded stage
+    2: `_optim`)."""
+    while (inner := getattr(optimizer, "_inner_opt", None) or getattr(optimizer, "_optim", None)) is not None:
+        optimizer = inner
     return optimizer
 
 
@@ -60,3 +61,17 @@ def sharded(model: paddle.nn.Layer, optimizer: Any, strategy: Any) -> tuple[Any,
     paddle.distributed.init_parallel_env()
     model, optimizer, _ = group_sharded_parallel(model, optimizer, level="os_g" if stage == 2 else "p_g_os")
     return model, optimizer
+
+
+def sharded_scaler(scaler: Any, strategy: Any) -> Any:
+    """The loss scaler PaddleNLP's Trainer uses under sharding: its inf/nan check agrees across the ranks (the
+    gradients are reduced inside optimizer.step, after unscaling), so no rank skips a step the others take."""
+    if not strategy.sharding_stage or scaler is None:
+        return scaler
+    if strategy.sharding_stage == 1:
+        from paddle.distributed import fleet
+
+        return fleet.distributed_scaler(scaler)
+    from paddle.distributed.fleet.meta_parallel.sharding.group_sharded_utils import GroupShardedScaler
+
+    return GroupShardedScaler(scaler)

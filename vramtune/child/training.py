@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import paddle
 
+from vramtune.mechanisms import MECHANISMS
 from vramtune.mechanisms.precision import SAFE_BLACK_LIST, TRAINER_BLACK_LIST, TRAINER_O2_WHITE_LIST, dtype_of, level_of
 
 AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
@@ -22,6 +23,8 @@ class StepRunner:
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0**15) if dtype_of(strategy.precision) == "fp16"
                        else None)
+        for mechanism in MECHANISMS:
+            self.scaler = mechanism.wrap_scaler(self.scaler, strategy)
         self.pending = 0  # micro-batches since the last optimizer step
 
     def micro_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> tuple[paddle.Tensor, bool]:

@@ -97,6 +97,10 @@ class Mechanism:
         """Child side, once the optimizer exists: wrap model and optimizer (data parallel, sharding)."""
         return model, optimizer
 
+    def wrap_scaler(self, scaler: Any, strategy: Any) -> Any:
+        """Child side: the fp16 loss scaler as this mechanism needs it (sharding: one that agrees across ranks)."""
+        return scaler
+
     def launcher(self, strategy: Any) -> list[str] | None:
         """The command a probe runs under instead of plain Python (multi-rank probes), or None."""
         return None

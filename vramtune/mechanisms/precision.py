@@ -80,8 +80,9 @@ class Precision(Mechanism):
         return {"O0": "fp32", "O1": "amp", "O2": "amp-o2"}[level_of(strategy.precision)]
 
     def prepare_training(self, model, optimizer, strategy):
-        """O2: the weights cast to half (norm layers kept fp32) and the optimizer given fp32 master weights, as
-        PaddleNLP's Trainer does for fp16_opt_level O2, before data parallel or sharding wrap them."""
+        """O2: the weights cast to half (BatchNorm kept fp32, and LayerNorm/InstanceNorm under fp16) and the
+        optimizer given fp32 master weights, as PaddleNLP's Trainer does for fp16_opt_level O2, before data
+        parallel or sharding wrap them (decorate refuses a wrapped model)."""
         if level_of(strategy.precision) != "O2":
             return model, optimizer
         import paddle

@@ -50,6 +50,11 @@ class Sharding(Mechanism):
 
         return distributed.sharded(model, optimizer, strategy)
 
+    def wrap_scaler(self, scaler, strategy):
+        from vramtune.child import distributed
+
+        return distributed.sharded_scaler(scaler, strategy)
+
     def paddlenlp(self, tuned):
         stage = tuned.get("sharding_stage", 0)
         if not stage:
