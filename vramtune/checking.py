@@ -46,8 +46,15 @@ def tuned_strategy(spec: Spec) -> Strategy:
 
 
 def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: str | None = None,
-          strict: bool = False) -> dict[str, Any]:
+          strict: bool = False, devices: int | None = None) -> dict[str, Any]:
+    """devices: re-measure on this many ranks instead of the tuned ones (each rank's micro-batch and
+    accumulation kept), e.g. a CI runner with fewer GPUs than the training machine."""
     strategy, tuned = tuned_strategy(spec), spec.tuned
+    notes: list[str] = []
+    ranks = f"tuned on {strategy.devices} GPUs"
+    if devices is not None and devices != strategy.devices:
+        ranks = f"--devices {devices} needs {devices} GPUs"
+        strategy, notes = _on_ranks(spec, strategy, devices)
     tuned_kind, tuned_name = tuned.get("device_kind", "cpu"), tuned.get("device", "a GPU")
     try:
         info = backend.describe(device or spec.device)
@@ -58,7 +65,7 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
     else:
         missing = None if info.kind == tuned_kind else f"tuned on {tuned_kind} ({tuned_name}), running on {info.kind}"
         if not missing and info.kind == "gpu" and strategy.devices > info.count:
-            missing = f"tuned on {strategy.devices} GPUs, this machine has {info.count}"
+            missing = f"{ranks}, this machine has {info.count}"
     if missing:
         if strict:
             return _verdict("fail", None, [f"{missing}; --strict needs the tuned device"], [])
@@ -67,7 +74,25 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
     budget_bytes = spec.budget if spec.budget is not None else tuned.get("budget_bytes")
     session = open_session(spec, backend, on_wait, device=info, budget_bytes=budget_bytes)
     result = measure(session, strategy, on_wait)
-    return judge(result, session.budget, tuned, tolerance)
+    verdict = judge(result, session.budget, tuned, tolerance)
+    verdict["notes"] = notes + verdict["notes"]
+    return verdict
+
+
+def _on_ranks(spec: Spec, strategy: Strategy, devices: int) -> tuple[Strategy, list[str]]:
+    """The tuned strategy on another number of ranks, and what that changes in the verdict."""
+    if devices < 1:
+        raise SpecError([Problem(spec.path, "--devices", f"must be 1 or more, got {devices}")])
+    notes = [f"measured on {devices} rank{'s' if devices > 1 else ''}, tuned on {strategy.devices}: each rank's "
+             f"micro-batch and accumulation as tuned, {strategy.micro_batch * strategy.accumulation * devices} "
+             f"samples per step instead of {strategy.batch}"]
+    stage = strategy.sharding_stage if devices > 1 else 0
+    if strategy.sharding_stage and stage:
+        notes.append(f"sharding stage {stage} splits the state over {devices} ranks, not {strategy.devices}: each "
+                     "rank holds more than it will in training, so a pass holds there and a fail may not")
+    elif strategy.sharding_stage:
+        notes.append(f"sharding stage {strategy.sharding_stage} needs 2 ranks or more: measured without it")
+    return strategy.with_(devices=devices, sharding_stage=stage), notes
 
 
 def judge(result: ProbeResult, budget: Budget, tuned: dict[str, Any], tolerance: float) -> dict[str, Any]:

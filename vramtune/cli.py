@@ -230,13 +230,15 @@ def make_app(backend: Backend) -> typer.Typer:
         device: Optional[str] = DeviceOpt,
         strict: bool = typer.Option(False, "--strict", help="exit 1 when the tuned device is not here, instead of "
                                     "a CPU smoke probe"),
+        devices: Optional[int] = typer.Option(None, "--devices", help="re-measure on N ranks instead of the tuned "
+                                              "ones (each rank's micro-batch and accumulation kept)"),
         json_output: bool = JsonOpt,
     ) -> None:
         """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits or its peak grew."""
         if tolerance < 0:
             raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
         spec = load_spec(tuned_path)
-        verdict = checking.check(spec, tolerance, backend, render.say, device, strict)
+        verdict = checking.check(spec, tolerance, backend, render.say, device, strict, devices)
         render.render_check(verdict)
         if json_output:
             render.emit_json(verdict)

@@ -11,6 +11,8 @@ import yaml
 from conftest import CONFIGS, mlp_spec
 from fakes import FakeDevice, MiB, file_size_limit
 
+from vramtune.strategy import Strategy
+
 SPEC = CONFIGS / "mlp-python-cpu.yaml"  # target 2048, budget 40 MiB (limit 38 MiB), 6 blocks
 
 
@@ -395,3 +397,26 @@ def test_a_gpu_tuned_to_o2_exports_fp16_opt_level_o2_and_o1_only_when_asked(fake
                          "--precision", "bf16")
     arguments = json.loads(out)
     assert code == 0 and arguments["fp16_opt_level"] == "O1", err
+
+
+def test_check_on_fewer_ranks_than_tuned_with_devices(fake_cli, write_spec):
+    card = FakeDevice(kind="gpu", name="fake A100", card_bytes=80 * 2**30, per_sample=MiB / 20)
+    cli, _ = fake_cli(card)  # 8 GPUs
+    spec = mlp_spec(device="gpu", budget="auto", devices=16)
+    tuned = {"precision": "fp16", "micro_batch": 128, "accumulation": 1, "devices": 16, "sharding_stage": 0,
+             "reserved_bytes": card.reserved(Strategy(precision="fp16", micro_batch=128, devices=16)),
+             "budget_bytes": 80 * 2**30, "device": "fake A100", "device_kind": "gpu"}
+    path = write_spec({**spec, "tuned": tuned}, "many.tuned.yaml")
+    code, out, err = cli("check", path, "--devices", 8, "--json")
+    verdict = json.loads(out)
+    assert code == 0 and verdict["status"] == "pass", err
+    assert (verdict["measured"]["devices"], verdict["measured"]["micro_batch"]) == (8, 128)
+    assert verdict["notes"][0] == ("measured on 8 ranks, tuned on 16: each rank's micro-batch and accumulation as "
+                                   "tuned, 1024 samples per step instead of 2048")
+    path = write_spec({**spec, "tuned": {**tuned, "sharding_stage": 1}}, "sharded.tuned.yaml")
+    code, out, _ = cli("check", path, "--devices", 8, "--json")
+    assert json.loads(out)["notes"][1].startswith("sharding stage 1 splits the state over 8 ranks, not 16")
+    code, out, _ = cli("check", path, "--devices", 32, "--json")
+    assert code == 0 and json.loads(out)["notes"][-2].startswith("--devices 32 needs 32 GPUs, this machine has 8")
+    code, _, err = cli("check", path, "--devices", 0)
+    assert code == 2 and "--devices: must be 1 or more, got 0" in err
