@@ -43,9 +43,11 @@ def test_accumulation_boundary_found_by_prediction_not_walking():
     budget = 80 * MiB  # limit 76 MiB: m <= 28 fits -> largest divisor 16
     outcome = Tuner(device.measure(budget), problem(budget)).run()
     assert outcome.chosen.strategy.micro_batch == 16 and outcome.chosen.strategy.recomputed_blocks == 0
-    # plain, the predicted edge (16), one smaller for throughput: no walk over 32, 8, 4, 2, 1
+    # plain, the predicted edge (16), one smaller for throughput, the smallest once (a CPU's curve need not be
+    # monotonic), to_static at the best: no walk over 32, 8, 4, 2
     plain_probes = [s for s in device.calls if s.recomputed_blocks == 0]
-    assert len(plain_probes) <= 4, device.calls
+    assert len(plain_probes) <= 5, device.calls
+    assert not any(s.micro_batch in (2, 4) for s in plain_probes), device.calls
     # recompute at m=32 was measured (the trade is measured), found slower and dropped
     assert any(s.micro_batch == 32 and s.recomputed_blocks for s in device.calls)
 
