@@ -33,6 +33,7 @@ CASES: list[tuple[str, object, str]] = [
     ("headroom-range", {"headroom": 1.5}, "error: F: headroom: must be in [0, 0.9), got 1.5"),
     ("device-bad", {"device": "tpu"}, "error: F: device: must be auto, cpu, gpu or gpu:N, got 'tpu'"),
     ("precision-bad", {"search.precisions": ["fp8"]}, "error: F: search.precisions: unknown precision 'fp8'; allowed: fp16-o2, bf16-o2, fp16, bf16 (fp32 is always tried)"),
+    ("precision-safe", {"search.precisions": ["fp16-safe"]}, "error: F: search.precisions: fp16-safe is not listed: it is tried by itself when fp16 goes non-finite"),
     ("precision-typo", {"search.precisions": ["fp61"]}, "error: F: search.precisions: unknown precision 'fp61' (did you mean 'fp16'?); allowed: fp16-o2, bf16-o2, fp16, bf16 (fp32 is always tried)"),
     ("recompute-mode", {"search.recompute": "yes"}, "error: F: search.recompute: must be one of auto, off; got 'yes'"),
     ("micro-batches-bad", {"search.micro_batches": [0, "x"]}, "error: F: search.micro_batches: must be a list of positive integers, got [0, 'x']"),

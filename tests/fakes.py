@@ -80,6 +80,14 @@ class FakeDevice:
             return {"weight": self.fixed / 8, "gradient": self.fixed / 8, "optimizer": self.fixed * 3 / 4}
         return {"weight": self.fixed / 4, "gradient": self.fixed / 4, "optimizer": self.fixed / 2}
 
+    def rank_counts(self, s: Strategy) -> dict[str, float]:
+        """What one rank counts, as a real probe reports it: 1/N of what its sharding stage partitions."""
+        from vramtune.mechanisms.sharding import PARTITIONED
+
+        counts = self.counts(s)
+        partitioned = PARTITIONED.get(s.sharding_stage, ()) if s.devices > 1 else ()
+        return {part: size / s.devices if part in partitioned else size for part, size in counts.items()}
+
     def reserved(self, s: Strategy) -> int | None:
         if self.kind != "gpu":
             return None
@@ -99,7 +107,7 @@ class FakeDevice:
         self.calls.append(s)
         if self.amp_unsupported.get(dtype_of(s.precision)):
             return ProbeResult("unsupported", s, error=self.amp_unsupported[dtype_of(s.precision)])
-        counts = self.counts(s)
+        counts = self.rank_counts(s)
         base = ProbeResult("measured", s, total_blocks=self.blocks, block_path="blocks", weight_bytes=int(counts["weight"]),
                            gradient_bytes=int(counts["gradient"]), optimizer_bytes=int(counts["optimizer"]),
                            device={"name": self.name, "kind": self.kind}, paddle_version="0.0-fake")
@@ -163,7 +171,9 @@ class Shape:
 
     def unsupported(self) -> dict[str, str]:
         """precision -> why the card cannot run it, as the session gives the search."""
-        return {p: why for p in self.precisions if (why := self.device.amp_unsupported.get(dtype_of(p)))}
+        from vramtune.session import precisions_unsupported
+
+        return precisions_unsupported(self.precisions, self.device.device())
 
 
 def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, vocab: int = 0) -> dict:

@@ -54,7 +54,7 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
     ranks = f"tuned on {strategy.devices} GPUs"
     if devices is not None and devices != strategy.devices:
         ranks = f"--devices {devices} needs {devices} GPUs"
-        strategy, notes = _on_ranks(spec, strategy, devices)
+        strategy, notes = _on_ranks(strategy, devices)
     tuned_kind, tuned_name = tuned.get("device_kind", "cpu"), tuned.get("device", "a GPU")
     try:
         info = backend.describe(device or spec.device)
@@ -68,8 +68,10 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
             missing = f"{ranks}, this machine has {info.count}"
     if missing:
         if strict:
-            return _verdict("fail", None, [f"{missing}; --strict needs the tuned device"], [])
-        return _smoke(spec, strategy, backend, missing, on_wait)
+            return _verdict("fail", None, [f"{missing}; --strict needs the tuned device"], notes)
+        verdict = _smoke(spec, strategy, backend, missing, on_wait)
+        verdict["notes"] = notes + verdict["notes"]
+        return verdict
     # `budget: auto` would follow the runner's card; the budget the file was tuned for is what must hold
     budget_bytes = spec.budget if spec.budget is not None else tuned.get("budget_bytes")
     session = open_session(spec, backend, on_wait, device=info, budget_bytes=budget_bytes)
@@ -79,19 +81,23 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
     return verdict
 
 
-def _on_ranks(spec: Spec, strategy: Strategy, devices: int) -> tuple[Strategy, list[str]]:
+def _on_ranks(strategy: Strategy, devices: int) -> tuple[Strategy, list[str]]:
     """The tuned strategy on another number of ranks, and what that changes in the verdict."""
-    if devices < 1:
-        raise SpecError([Problem(spec.path, "--devices", f"must be 1 or more, got {devices}")])
     notes = [f"measured on {devices} rank{'s' if devices > 1 else ''}, tuned on {strategy.devices}: each rank's "
              f"micro-batch and accumulation as tuned, {strategy.micro_batch * strategy.accumulation * devices} "
              f"samples per step instead of {strategy.batch}"]
     stage = strategy.sharding_stage if devices > 1 else 0
-    if strategy.sharding_stage and stage:
+    if stage:
+        fewer = devices < strategy.devices
         notes.append(f"sharding stage {stage} splits the state over {devices} ranks, not {strategy.devices}: each "
-                     "rank holds more than it will in training, so a pass holds there and a fail may not")
+                     f"rank holds {'more' if fewer else 'less'} than it will in training, so "
+                     + ("a pass holds there and a fail may not" if fewer else "a fail holds there and a pass may not"))
     elif strategy.sharding_stage:
-        notes.append(f"sharding stage {strategy.sharding_stage} needs 2 ranks or more: measured without it")
+        notes.append(f"sharding stage {strategy.sharding_stage} needs 2 ranks or more: measured without it, and "
+                     "without data parallel's gradient buffers, so a pass may not hold on the tuned ranks")
+    elif devices == 1:
+        notes.append("one rank runs without data parallel's gradient buffers: a pass may not hold on the tuned "
+                     "ranks")
     return strategy.with_(devices=devices, sharding_stage=stage), notes
 
 
@@ -104,8 +110,12 @@ def judge(result: ProbeResult, budget: Budget, tuned: dict[str, Any], tolerance:
                        f"({format_bytes(budget.limit)} = budget {budget.bytes} less {budget.headroom:.0%} headroom)")
     elif result.status != "fits":
         reasons.append(f"the tuned configuration no longer trains: {result.status}: {result.error}")
+    notes = []
     if used and before and used > before * (1 + tolerance):
         reasons.append(f"peak grew from {before} bytes ({format_bytes(before)}) at tuning to {used} bytes "
                        f"({format_bytes(used)}), +{used / before - 1:.1%} > tolerance {tolerance:.0%}")
-    return _verdict("fail" if reasons else "pass", result, reasons, [], tuned_peak_bytes=before,
+    elif used and before:
+        notes.append(f"peak {format_bytes(used)} against {format_bytes(before)} at tuning ({used / before - 1:+.1%}; "
+                     f"tolerance {tolerance:.0%}), limit {format_bytes(budget.limit)}")
+    return _verdict("fail" if reasons else "pass", result, reasons, notes, tuned_peak_bytes=before,
                     limit_bytes=int(budget.limit))

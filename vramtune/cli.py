@@ -31,7 +31,7 @@ def _complete_device(ctx: click.Context, param: click.Parameter, incomplete: str
     return [value for value in ("auto", "cpu", "gpu", "gpu:0", "gpu:1") if value.startswith(incomplete)]
 
 
-SpecArg = typer.Argument(..., help="model spec (YAML)", show_default=False)
+SpecArg = typer.Argument(..., help="a spec (YAML) or a PaddleNLP arguments file (JSON)", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="machine-readable result on stdout (human output on stderr)")
 BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 15.5GiB (overrides the spec)")
 DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
@@ -230,11 +230,12 @@ def make_app(backend: Backend) -> typer.Typer:
         device: Optional[str] = DeviceOpt,
         strict: bool = typer.Option(False, "--strict", help="exit 1 when the tuned device is not here, instead of "
                                     "a CPU smoke probe"),
-        devices: Optional[int] = typer.Option(None, "--devices", help="re-measure on N ranks instead of the tuned "
-                                              "ones (each rank's micro-batch and accumulation kept)"),
+        devices: Optional[int] = typer.Option(None, "--devices", min=1, help="re-measure on N ranks instead of the "
+                                              "tuned ones (each rank's micro-batch and accumulation kept)"),
         json_output: bool = JsonOpt,
     ) -> None:
-        """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits or its peak grew."""
+        """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits, no longer trains or its peak
+        grew."""
         if tolerance < 0:
             raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
         spec = load_spec(tuned_path)

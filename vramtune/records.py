@@ -60,7 +60,8 @@ class ProbeJob:
 
     source: str
     model: dict[str, Any]  # the source's validated settings, as JSON
-    spec_path: str
+    spec_path: str  # as the user gave it (for messages)
+    spec_dir: str  # its folder, absolute: the child runs in a temporary folder of its own
     optimizer: str
     learning_rate: float
     strategy: dict[str, Any]

@@ -48,9 +48,10 @@ class Plan:
         return config
 
     def prepare(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer):
-        """Apply the mechanisms to the model (recompute) and, with several ranks, set up data parallel or fleet
-        sharding as the probes did (run the script under `python -m paddle.distributed.launch --nproc_per_node
-        N`); returns the (possibly wrapped) model and optimizer to train with."""
+        """Apply the mechanisms to the model (recompute; under AMP O2 its weights are cast to half in place and the
+        optimizer keeps fp32 master weights) and, with several ranks, set up data parallel or fleet sharding as
+        the probes did (run the script under `python -m paddle.distributed.launch --nproc_per_node N`); returns
+        the (possibly wrapped) model and optimizer to train with."""
         for mechanism in MECHANISMS:
             mechanism.prepare_model(model, self.strategy, self.block_path)
         for mechanism in MECHANISMS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from vramtune import __version__
@@ -56,6 +57,7 @@ def open_session(spec: Spec, backend: Backend, warn: Say, device: Device | None 
 
 def job_for(spec: Spec, strategy: Strategy, device: Device) -> ProbeJob:
     return ProbeJob(source=spec.source, model=SOURCES[spec.source].to_json(spec.model), spec_path=spec.path,
+                    spec_dir=str(Path(spec.path).resolve().parent),
                     optimizer=spec.train.optimizer, learning_rate=spec.train.learning_rate,
                     strategy=strategy.to_json(), device=device.to_json(), steps=spec.probe.steps,
                     warmup=spec.probe.warmup, block_path=spec.block_path)
@@ -64,6 +66,11 @@ def job_for(spec: Spec, strategy: Strategy, device: Device) -> ProbeJob:
 def unsupported(strategy: Strategy, device: Device) -> str | None:
     """Why the device cannot run the strategy (the first mechanism that says), or None."""
     return next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
+
+
+def precisions_unsupported(precisions: list[str], device: Device) -> dict[str, str]:
+    """precision -> why the device cannot run it, for those it cannot."""
+    return {p: why for p in precisions if (why := unsupported(Strategy(precision=p), device))}
 
 
 def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
@@ -128,9 +135,8 @@ def search_problem(session: Session) -> SearchProblem:
     stages, skipped = sharding_stages(spec, session.device)
     return SearchProblem(
         target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(), budget=session.budget,
-        amp_precisions=list(spec.search["precision"]),
-        unsupported={p: why for p in spec.search["precision"] if (why := unsupported(Strategy(precision=p),
-                                                                                   session.device))},
+        amp_precisions=list(spec.search["precision"]), unsupported=precisions_unsupported(spec.search["precision"],
+                                                                                          session.device),
         recompute=spec.search["recompute"], max_accumulation=spec.search["accumulation"].max_accumulation,
         speed_rises_with_batch=session.device.kind == "gpu", devices=spec.devices, sharding_stages=stages,
         skipped=skipped, min_micro_batch=spec.search["accumulation"].min_micro_batch,

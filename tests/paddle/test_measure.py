@@ -95,3 +95,17 @@ def test_sharding_stage_1_over_two_ranks_halves_the_optimizer_state_per_rank(cli
     assert len(plain["rank_peak_bytes"]) == len(sharded["rank_peak_bytes"]) == 2
     assert sharded["optimizer_bytes"] == pytest.approx(plain["optimizer_bytes"] / 2, rel=0.01)
     assert max(sharded["rank_peak_bytes"]) < 0.6 * plain["peak_bytes"]
+
+
+def test_a_relative_spec_path_finds_the_model_module_next_to_the_spec(cli, tmp_path, monkeypatch):
+    """The child runs in a temporary folder: the spec's folder must reach it resolved (nothing on PYTHONPATH)."""
+    import shutil
+
+    (tmp_path / "configs").mkdir()
+    shutil.copy(CONFIGS / "mlp-python-cpu.yaml", tmp_path / "configs" / "mlp.yaml")
+    shutil.copy(CONFIGS / "mlp_model.py", tmp_path / "configs" / "mlp_model.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH")
+    code, out, err = cli("measure", "configs/mlp.yaml", "--micro-batch", 64, "--json")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "fits"

@@ -9,9 +9,15 @@ from typing import Any, Callable
 import paddle
 
 from vramtune.mechanisms import MECHANISMS
-from vramtune.mechanisms.precision import SAFE_BLACK_LIST, TRAINER_BLACK_LIST, TRAINER_O2_WHITE_LIST, dtype_of, level_of
+from vramtune.mechanisms.precision import (
+    AMP_DTYPES,
+    SAFE_BLACK_LIST,
+    TRAINER_BLACK_LIST,
+    TRAINER_O2_WHITE_LIST,
+    dtype_of,
+    level_of,
+)
 
-AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "Momentum"}
 STATELESS = ("sgd",)  # optimizers that keep no per-parameter state
 

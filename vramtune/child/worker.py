@@ -62,8 +62,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
             for mechanism in MECHANISMS:
                 mechanism.configure_model(config, strategy, job.block_path)
 
-        built = build_checked(source, source.from_json(job.model), str(Path(job.spec_path).resolve().parent),
-                              configure)
+        built = build_checked(source, source.from_json(job.model), job.spec_dir, configure)
         for mechanism in MECHANISMS:
             result.update(mechanism.prepare_model(built.model, strategy, job.block_path))
     except (BuildError, BlockError) as error:
@@ -72,7 +71,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     model.train()
     optimizer = make_optimizer(job.optimizer, job.learning_rate, model.parameters())
     network = model
-    for mechanism in MECHANISMS:  # data parallel, sharding
+    for mechanism in MECHANISMS:  # O2's decorate, data parallel, sharding, to_static
         network, optimizer = mechanism.prepare_training(network, optimizer, strategy)
     runner = StepRunner(network, optimizer, strategy)
     paddle.seed(job.seed + distributed.rank())  # and each its own data

@@ -25,6 +25,7 @@ SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cr
 # what PaddleNLP's Trainer (2.8, autocast_smart_context_manager) passes to auto_cast, so probes train as it does
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
+AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # Paddle's names
 
 
 def dtype_of(precision: str) -> str:
@@ -60,8 +61,10 @@ class Precision(Mechanism):
         if values is None:
             return list(AMP_PRECISIONS)
         bad = [p for p in values if p not in ("fp32", *AMP_PRECISIONS)]
-        if bad:
-            section.fail("precisions", f"unknown precision {bad[0]!r}{did_you_mean(bad[0], PRECISIONS)}; "
+        if "fp16-safe" in bad:
+            section.fail("precisions", "fp16-safe is not listed: it is tried by itself when fp16 goes non-finite")
+        elif bad:
+            section.fail("precisions", f"unknown precision {bad[0]!r}{did_you_mean(bad[0], AMP_PRECISIONS)}; "
                                        f"allowed: {', '.join(AMP_PRECISIONS)} (fp32 is always tried)")
         return [p for p in AMP_PRECISIONS if p in values]  # least memory first, whatever the spec's order
 
@@ -86,8 +89,6 @@ class Precision(Mechanism):
         if level_of(strategy.precision) != "O2":
             return model, optimizer
         import paddle
-
-        from vramtune.child.training import AMP_DTYPES
 
         return paddle.amp.decorate(models=model, optimizers=optimizer, level="O2",
                                    dtype=AMP_DTYPES[dtype_of(strategy.precision)])

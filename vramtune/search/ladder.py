@@ -120,13 +120,12 @@ class Tuner:
 
     def model(self, strategy: Strategy) -> MemoryModel:
         group = memory_group(strategy)
-        mine = {s: r for s, r in self.results.items() if memory_group(s) == group}
-        counted = [r for r in mine.values() if r.state_bytes] or [r for r in self.results.values() if r.state_bytes]
-        states = [r.state_bytes for r in counted]  # the group's own when it has them (O2 counts other parts)
-        counts = {part: max((getattr(r, f"{part}_bytes") or 0 for r in counted), default=0)
+        mine = {s: r for s, r in self.results.items() if memory_group(s) == group}  # O2 counts other parts
+        counts = {part: max((getattr(r, f"{part}_bytes") or 0 for r in mine.values()), default=0)
                   for part in ("weight", "gradient", "optimizer")}  # the largest: an unpartitioned rank's
+        # the intercept of the line fitted as if unsaved: the whole state, as one unpartitioned rank counts it
         return MemoryModel(((s, r.used_bytes) for s, r in mine.items() if r.measured and r.used_bytes),
-                           fixed_bytes=sum(states) / len(states) if states else None, counts=counts)
+                           fixed_bytes=sum(counts.values()) or None, counts=counts)
 
     def predict(self, strategy: Strategy) -> float | None:
         return self.model(strategy).predict(strategy)
@@ -198,8 +197,9 @@ class Tuner:
         return self.finish()
 
     def fp16_unstable(self) -> bool:
-        """fp16 went non-finite and never trained stably: then fp16 with overflow-prone ops kept in fp32."""
-        fp16 = [r for s, r in self.results.items() if s.precision == "fp16"]
+        """fp16 (O1 or O2) went non-finite and never trained stably: then fp16 with overflow-prone ops kept in
+        fp32."""
+        fp16 = [r for s, r in self.results.items() if s.precision in ("fp16", "fp16-o2")]
         if any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16):
             self.notes.append("fp16 was unstable (non-finite loss): trying fp16-safe (overflow-prone ops in fp32)")
             return True
@@ -330,7 +330,7 @@ class Tuner:
                      floor: int = 0) -> tuple[ProbeResult, bool]:
         """Does a smaller micro-batch train faster? (It often does on CPUs.) Walk down while it does, not below the
         candidate at index `floor`; then try that smallest one too, since CPU throughput need not be monotonic
-        (BERT-mini on a 2-core CPU: m=4 slower than m=8, m=1 13% faster than both). On a device whose speed rises
+        (BERT-mini on a 2-core CPU: m=4 slower than m=8, m=1 8% faster than both). On a device whose speed rises
         with the micro-batch, the smallest is tried only after the walk improved, and a step predicted to be no
         faster is not probed.
         Returns (the best, whether larger micro-batches were faster)."""
