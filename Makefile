@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 $(STAMP26): pyproject.toml
 	test -x $(VENV26)/bin/python || $(PYTHON) -m venv $(VENV26)
 	$(VENV26)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV26)/bin/python -m pip install --quiet 'paddlepaddle==2.6.2' -e '.[dev]'
+	$(VENV26)/bin/python -m pip install --quiet 'paddlepaddle==2.6.2' 'protobuf<7' -e '.[dev]'
 	rm -f $(VENV26)/.installed-*
 	touch $@
 

@@ -53,7 +53,12 @@ def sharded(model: paddle.nn.Layer, optimizer: Any, strategy: Any) -> tuple[Any,
         from paddle.distributed import fleet
 
         config = fleet.DistributedStrategy()
-        config.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": strategy.devices}
+        try:
+            config.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1,
+                                     "sharding_degree": strategy.devices}
+        except TypeError as error:  # Paddle 2.6 reads FieldDescriptor.label, which protobuf 7 removed
+            raise RuntimeError(f"fleet cannot be configured ({error}): Paddle {paddle.__version__}'s fleet needs "
+                               "protobuf < 7; pip install 'protobuf<7'") from error
         fleet.init(is_collective=True, strategy=config)
         return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
     from paddle.distributed.sharding import group_sharded_parallel
