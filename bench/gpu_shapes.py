@@ -13,28 +13,20 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fakes import Shape, gpu_shapes  # noqa: E402
 
-from vramtune.mechanisms.accumulation import AccumulationSearch  # noqa: E402
-from vramtune.records import Budget  # noqa: E402
+from vramtune.mechanisms.precision import dtype_of  # noqa: E402
 from vramtune.search import SearchProblem, Tuner  # noqa: E402
 from vramtune.strategy import Strategy  # noqa: E402
 
 
-def problem(shape: Shape) -> SearchProblem:
-    sizes = AccumulationSearch(max_accumulation=shape.max_accumulation).candidates(shape.target_batch)
-    return SearchProblem(target_batch=shape.target_batch, micro_batches=sizes, budget=Budget(shape.budget_bytes, 0.05),
-                         amp_precisions=shape.precisions, unsupported=shape.unsupported(),
-                         max_accumulation=shape.max_accumulation, speed_rises_with_batch=True)
-
-
 def grid(shape: Shape, prob: SearchProblem) -> list:
     measure = shape.device.measure(prob.budget.bytes, prob.budget.headroom)
-    precisions = ["fp32", *[p for p in prob.amp_precisions if p not in prob.unsupported]]
+    precisions = ["fp32", *[p for p in shape.precisions if dtype_of(p) not in shape.device.amp_unsupported]]
     return [measure(Strategy(precision=p, micro_batch=m, accumulation=prob.target_batch // m, recomputed_blocks=r))
             for p, m, r in itertools.product(precisions, prob.micro_batches, range(shape.device.blocks + 1))]
 
 
 def run(shape: Shape) -> dict:
-    prob = problem(shape)
+    prob = shape.problem()
     points = grid(shape, prob)
     best = max((r for r in points if r.fits), key=lambda r: r.samples_per_sec)
     shape.device.calls.clear()

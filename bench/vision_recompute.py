@@ -45,7 +45,8 @@ def measure(arch: str, size: int, batch: int, recomputed: int) -> dict:
                    print)
     if not result.measured:
         raise RuntimeError(f"{arch} r={recomputed}: {result.status}: {result.error}")
-    return {"peak": result.peak_bytes, "total": result.total_blocks, "path": result.block_path}
+    facts = result.facts_of("recompute")
+    return {"peak": result.peak_bytes, "total": facts.get("total_blocks"), "path": facts.get("block_path")}
 
 
 def row(arch: str, size: int, batch: int, recomputed: list[int]) -> str:

@@ -31,8 +31,7 @@ def main() -> None:
     from mlp_model import build  # the user's own model code
 
     model = build(in_features=256, width=128, depth=6, classes=10)
-    optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
-    model, optimizer = plan.prepare(model, optimizer)
+    model, _ = plan.prepare(model, lambda parameters: paddle.optimizer.AdamW(learning_rate=1e-3, parameters=parameters))
     on_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
     counters = MemoryCounters("gpu" if on_gpu else "cpu", 0)
 
@@ -50,7 +49,7 @@ def main() -> None:
                 counters.start()  # the optimizer state exists now, as in the probes
     peak, _ = counters.peak()
     print(json.dumps({"steps": steps, "loss": float(loss), "peak_bytes": peak,
-                      "tuned_peak_bytes": plan.tuned["peak_bytes"]}))
+                      "tuned_peak_bytes": plan.tuned.peak_bytes}))
 
 
 if __name__ == "__main__":

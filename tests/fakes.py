@@ -22,9 +22,13 @@ import resource
 import signal
 from dataclasses import dataclass, field
 
+from vramtune.mechanisms.accumulation import AccumulationSearch
 from vramtune.mechanisms.precision import AMP_PRECISIONS, dtype_of, level_of
+from vramtune.mechanisms.recompute import RecomputeSettings
 from vramtune.mechanisms.sharding import MECHANISM as SHARDING
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
+from vramtune.search import SearchProblem
+from vramtune.spec import default_settings
 from vramtune.strategy import Strategy
 
 MiB, GiB = 2**20, 2**30
@@ -94,7 +98,7 @@ class FakeDevice:
         return math.ceil(self.peak(s) * (1 + self.fragmentation) / BLOCK) * BLOCK
 
     def speed(self, s: Strategy) -> float:
-        per_sample = self.per_sample_time * (1 + self.recompute_cost * s.recomputed_blocks / self.blocks)
+        per_sample = self.per_sample_time * (1 + self.recompute_cost * s.recomputed_blocks / max(self.blocks, 1))
         per_sample *= 1 + self.small_batch_bonus * s.micro_batch
         if s.precision != "fp32":
             per_sample /= self.amp_speed * (self.o2_speed if level_of(s.precision) == "O2" else 1.0)
@@ -108,7 +112,8 @@ class FakeDevice:
         if self.amp_unsupported.get(dtype_of(s.precision)):
             return ProbeResult("unsupported", s, error=self.amp_unsupported[dtype_of(s.precision)])
         counts = self.rank_counts(s)
-        base = ProbeResult("measured", s, total_blocks=self.blocks, block_path="blocks", weight_bytes=int(counts["weight"]),
+        base = ProbeResult("measured", s, facts={"recompute": {"total_blocks": self.blocks, "block_path": "blocks"}},
+                           weight_bytes=int(counts["weight"]),
                            gradient_bytes=int(counts["gradient"]), optimizer_bytes=int(counts["optimizer"]),
                            device={"name": self.name, "kind": self.kind}, paddle_version="0.0-fake")
         used = self.reserved(s) or self.peak(s)
@@ -169,11 +174,26 @@ class Shape:
     precisions: list[str] = field(default_factory=lambda: list(AMP_PRECISIONS))
     max_accumulation: int = 64
 
-    def unsupported(self) -> dict[str, str]:
-        """precision -> why the card cannot run it, as the session gives the search."""
-        from vramtune.session import precisions_unsupported
+    def problem(self) -> SearchProblem:
+        return make_problem(self.budget_bytes, self.target_batch, amp_precisions=self.precisions,
+                            max_accumulation=self.max_accumulation, speed_rises_with_batch=True,
+                            device=self.device.device())
 
-        return precisions_unsupported(self.precisions, self.device.device())
+
+def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None = None, amp_precisions=(),
+                 unsupported: dict[str, str] | None = None, recompute: bool = True, max_accumulation: int = 64,
+                 speed_rises_with_batch: bool = False, devices: int = 1, sharding_stages=(0,),
+                 min_micro_batch: int | None = None, to_static: bool = True, device: Device | None = None,
+                 headroom: float = 0.05) -> SearchProblem:
+    """A search problem as the session makes it from a spec, from the few settings a test varies (no AMP unless
+    asked; sharding stages 2 and 3 need a GPU-kind device)."""
+    settings = {**default_settings(), "precision": list(amp_precisions), "recompute": RecomputeSettings(recompute),
+                "accumulation": AccumulationSearch(max_accumulation, None, min_micro_batch), "data_parallel": devices,
+                "sharding": len(sharding_stages) > 1, "to_static": to_static}
+    sizes = micro_batches or AccumulationSearch(max_accumulation).candidates(target // devices)
+    device = device or Device("gpu" if 2 in sharding_stages else "cpu", 0, "fake", 1 << 40, "0.0-fake",
+                              dict(unsupported or {}), count=8)
+    return SearchProblem(target, sizes, Budget(budget, headroom), device, settings, speed_rises_with_batch)
 
 
 def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, vocab: int = 0) -> dict:

@@ -3,11 +3,11 @@ recompute, ranks), as a compact terminal chart and as a PNG (`vramtune plot`, ma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
 from vramtune.records import ProbeResult
+from vramtune.report import Report
 from vramtune.strategy import Strategy
 from vramtune.units import format_bytes
 
@@ -19,17 +19,16 @@ def series_label(strategy: Strategy) -> str:
     return strategy.label(without=("accumulation",))
 
 
-def series(probes: list[dict[str, Any]]) -> dict[str, list[ProbeResult]]:
+def series(probes: list[ProbeResult]) -> dict[str, list[ProbeResult]]:
     """Probes with a measured peak, by series, each sorted by micro-batch."""
     grouped: dict[str, list[ProbeResult]] = {}
-    for raw in probes:
-        result = ProbeResult.from_json(raw)
+    for result in probes:
         if result.used_bytes:
             grouped.setdefault(series_label(result.strategy), []).append(result)
     return {name: sorted(results, key=lambda r: r.strategy.micro_batch) for name, results in grouped.items()}
 
 
-def text_chart(probes: list[dict[str, Any]], limit: float, chosen: dict[str, Any] | None,
+def text_chart(probes: list[ProbeResult], limit: float, chosen: ProbeResult | None,
                width: int = WIDTH) -> list[str]:
     """Rich-markup lines: a bar per probe (`width` characters for the largest), `|` where the limit falls, the
     chosen probe starred."""
@@ -38,7 +37,7 @@ def text_chart(probes: list[dict[str, Any]], limit: float, chosen: dict[str, Any
         return []
     top = max([limit, *(r.used_bytes for results in grouped.values() for r in results)])
     at_limit = round(width * limit / top)
-    chosen_strategy = Strategy.from_json(chosen) if chosen else None
+    chosen_strategy = chosen.strategy if chosen else None
     lines = [f"memory against the limit {format_bytes(limit)} (|):"]
     for name, results in grouped.items():
         for result in results:
@@ -52,7 +51,7 @@ def text_chart(probes: list[dict[str, Any]], limit: float, chosen: dict[str, Any
     return lines
 
 
-def plot_png(report: dict[str, Any], output: Path) -> None:
+def plot_png(report: Report, output: Path) -> None:
     """The same picture as a PNG for a pull request: a line per series, the limit and the budget, the choice."""
     import matplotlib
 
@@ -61,28 +60,27 @@ def plot_png(report: dict[str, Any], output: Path) -> None:
 
     mib = 2**20
     figure, axes = plt.subplots(figsize=(8, 4.8), dpi=120)
-    for name, results in series(report["probes"]).items():
+    for name, results in series(report.probes).items():
         sizes = [r.strategy.micro_batch for r in results]
         axes.plot(sizes, [r.used_bytes / mib for r in results], marker="o", label=name)
         over = [r for r in results if r.status != "fits"]
         axes.scatter([r.strategy.micro_batch for r in over], [r.used_bytes / mib for r in over], s=80,
                      facecolors="none", edgecolors="red", zorder=3)
-    axes.axhline(report["limit_bytes"] / mib, color="red", linestyle="--",
-                 label=f"limit {format_bytes(report['limit_bytes'])} (budget less {report['headroom']:.0%})")
-    axes.axhline(report["budget_bytes"] / mib, color="grey", linestyle=":", label="budget")
-    chosen = report["chosen"]
+    axes.axhline(report.limit / mib, color="red", linestyle="--",
+                 label=f"limit {format_bytes(report.limit)} (budget less {report.budget.headroom:.0%})")
+    axes.axhline(report.budget.bytes / mib, color="grey", linestyle=":", label="budget")
+    chosen = report.chosen
     if chosen:
-        used = ProbeResult.from_json(chosen).used_bytes / mib
-        axes.scatter([chosen["micro_batch"]], [used], marker="*", s=300, color="gold", edgecolors="black", zorder=4,
-                     label=f"chosen: {Strategy.from_json(chosen).label()}, {chosen['samples_per_sec']:.1f} samples/s")
+        axes.scatter([chosen.strategy.micro_batch], [chosen.used_bytes / mib], marker="*", s=300, color="gold",
+                     edgecolors="black", zorder=4,
+                     label=f"chosen: {chosen.strategy.label()}, {chosen.samples_per_sec:.1f} samples/s")
     axes.set_xscale("log", base=2)
-    sizes = sorted({raw["micro_batch"] for raw in report["probes"]})
+    sizes = sorted({result.strategy.micro_batch for result in report.probes})
     axes.set_xticks(sizes, [str(size) for size in sizes])
     axes.minorticks_off()
     axes.set_xlabel("micro-batch (samples per forward/backward)")
     axes.set_ylabel("peak memory (MiB)")
-    axes.set_title(f"{report['spec']} on {report['device']['name']}: target batch {report['target_batch']}",
-                   fontsize=10)
+    axes.set_title(f"{report.spec} on {report.device_name}: target batch {report.target_batch}", fontsize=10)
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7, loc="upper left")
     figure.tight_layout()

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from vramtune.records import Budget, ProbeResult
+from vramtune.report import Tuned
 from vramtune.runner import Backend, DeviceError
 from vramtune.session import Say, measure, open_session
-from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
+from vramtune.spec import Spec, apply_overrides, require_tuned, spec_from_dict
 from vramtune.strategy import Strategy
 from vramtune.units import format_bytes
 
@@ -36,26 +37,18 @@ def _smoke(spec: Spec, strategy: Strategy, backend: Backend, why: str, on_wait: 
     return _verdict("smoke" if trained else "fail", result, reasons, notes)
 
 
-def tuned_strategy(spec: Spec) -> Strategy:
-    tuned = require_tuned(spec)
-    try:
-        return Strategy.from_json(tuned)
-    except (KeyError, TypeError, ValueError) as error:
-        raise SpecError([Problem(spec.path, "tuned", f"is incomplete or damaged ({error}); rerun vramtune apply")]) \
-            from None
-
-
 def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: str | None = None,
           strict: bool = False, devices: int | None = None) -> dict[str, Any]:
     """devices: re-measure on this many ranks instead of the tuned ones (each rank's micro-batch and
     accumulation kept), e.g. a CI runner with fewer GPUs than the training machine."""
-    strategy, tuned = tuned_strategy(spec), spec.tuned
+    tuned = require_tuned(spec)
+    strategy = tuned.strategy
     notes: list[str] = []
     ranks = f"tuned on {strategy.devices} GPUs"
     if devices is not None and devices != strategy.devices:
         ranks = f"--devices {devices} needs {devices} GPUs"
         strategy, notes = _on_ranks(strategy, devices)
-    tuned_kind, tuned_name = tuned.get("device_kind", "cpu"), tuned.get("device", "a GPU")
+    tuned_kind, tuned_name = tuned.device_kind, tuned.device or "a GPU"
     try:
         info = backend.describe(device or spec.device)
     except DeviceError as error:
@@ -73,7 +66,7 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
         verdict["notes"] = notes + verdict["notes"]
         return verdict
     # `budget: auto` would follow the runner's card; the budget the file was tuned for is what must hold
-    budget_bytes = spec.budget if spec.budget is not None else tuned.get("budget_bytes")
+    budget_bytes = spec.budget if spec.budget is not None else tuned.budget_bytes
     session = open_session(spec, backend, on_wait, device=info, budget_bytes=budget_bytes)
     result = measure(session, strategy, on_wait)
     verdict = judge(result, session.budget, tuned, tolerance)
@@ -101,13 +94,14 @@ def _on_ranks(strategy: Strategy, devices: int) -> tuple[Strategy, list[str]]:
     return strategy.with_(devices=devices, sharding_stage=stage), notes
 
 
-def judge(result: ProbeResult, budget: Budget, tuned: dict[str, Any], tolerance: float) -> dict[str, Any]:
+def judge(result: ProbeResult, budget: Budget, tuned: Tuned, tolerance: float) -> dict[str, Any]:
     """pass, or fail with every reason: no longer fits, no longer trains, or the peak grew past the tolerance."""
-    used, before = result.used_bytes, tuned.get("reserved_bytes") or tuned.get("peak_bytes")
+    used, before = result.used_bytes, tuned.used_bytes
     reasons = []
     if result.status == "over_budget":
         reasons.append(f"peak {used} bytes ({format_bytes(used)}) no longer fits the limit {int(budget.limit)} bytes "
-                       f"({format_bytes(budget.limit)} = budget {budget.bytes} less {budget.headroom:.0%} headroom)")
+                       f"({format_bytes(budget.limit)} = budget {budget.bytes} less {budget.headroom:.0%} headroom)"
+                       if not budget.fits(used) else f"no longer fits: {result.error}")
     elif result.status != "fits":
         reasons.append(f"the tuned configuration no longer trains: {result.status}: {result.error}")
     notes = []

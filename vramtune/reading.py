@@ -130,3 +130,13 @@ def positive(limit: int | None = None) -> Callable[[Any], str | None]:
             return f"must be at most {limit}, got {value}"
         return None
     return check
+
+
+@dataclass
+class Sections:
+    """The spec's sections a mechanism may read its keys from (each records its own problems)."""
+
+    root: Section
+    model: Section
+    train: Section
+    search: Section

@@ -1,11 +1,15 @@
 """Typed, Paddle-free records for what crosses a boundary: the device, the budget, the probe job (everything
-the child needs) and the probe result. The child measures; the parent (Budget) decides what fits."""
+the child needs) and the probe result. The child measures; the parent (Budget) decides what fits.
+
+What a mechanism learns about the model travels in `ProbeResult.facts[mechanism name]`; what it needs in the
+child in `ProbeJob.settings[mechanism name]`. In JSON the facts are flat (each mechanism names its own keys)."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from vramtune.mechanisms import MECHANISMS, Facts
 from vramtune.strategy import Strategy
 
 MEASURED_STATUSES = ("fits", "over_budget")
@@ -68,7 +72,7 @@ class ProbeJob:
     device: dict[str, Any]
     steps: int
     warmup: int
-    block_path: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # mechanism name -> what its child hooks need
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -77,6 +81,16 @@ class ProbeJob:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProbeJob:
         return cls(**data)
+
+
+def split_facts(data: dict[str, Any]) -> dict[str, Facts]:
+    """Each mechanism's facts out of a flat JSON record (only those it reported)."""
+    facts = {m.name: {key: data[key] for key in m.facts if data.get(key) is not None} for m in MECHANISMS}
+    return {name: values for name, values in facts.items() if values}
+
+
+def flat_facts(facts: dict[str, Facts]) -> dict[str, Any]:
+    return {key: value for values in facts.values() for key, value in values.items()}
 
 
 @dataclass
@@ -91,8 +105,6 @@ class ProbeResult:
     step_seconds: float | None = None
     samples_per_sec: float | None = None
     loss: float | None = None
-    total_blocks: int | None = None
-    block_path: str | None = None
     budget_bytes: int | None = None
     device: dict[str, Any] | None = None  # {name, kind}
     paddle_version: str | None = None
@@ -102,9 +114,7 @@ class ProbeResult:
     weight_bytes: int | None = None  # counted in the child (per rank)
     gradient_bytes: int | None = None
     optimizer_bytes: int | None = None
-    rank_peak_bytes: list[int] | None = None  # every rank's peak; peak_bytes is the largest
-    recompute_options: dict[str, Any] | None = None  # a model's own recompute: {granularities, partial}
-    batchnorm_layers: int | None = None
+    facts: dict[str, Facts] = field(default_factory=dict)  # mechanism name -> what it learned about the model
     seconds: float = 0.0
     rung: str | None = None
     reused: bool = False
@@ -128,6 +138,12 @@ class ProbeResult:
     def fits(self) -> bool:
         return self.status == "fits" and bool(self.samples_per_sec)
 
+    def facts_of(self, mechanism: str) -> Facts:
+        return self.facts.get(mechanism, {})
+
+    def label(self) -> str:
+        return self.strategy.label(facts=self.facts)
+
     def breakdown(self) -> dict[str, int] | None:
         """What fills the peak: the counted weights, gradients and optimizer state, the activations and
         temporaries (the rest of the allocated peak), and on GPU what the allocator reserved beyond it."""
@@ -142,22 +158,25 @@ class ProbeResult:
     def to_json(self) -> dict[str, Any]:
         data = {"status": self.status, **self.strategy.to_json()}
         for item in dataclasses.fields(self):
-            if item.name not in ("status", "strategy"):
+            if item.name not in ("status", "strategy", "facts"):
                 data[item.name] = getattr(self, item.name)
+        data.update(flat_facts(self.facts))
         data["breakdown"] = self.breakdown()
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProbeResult:
-        names = {f.name for f in dataclasses.fields(cls)} - {"strategy"}
-        return cls(strategy=Strategy.from_json(data), **{k: v for k, v in data.items() if k in names})
+        names = {f.name for f in dataclasses.fields(cls)} - {"strategy", "facts"}
+        return cls(strategy=Strategy.from_json(data), facts=split_facts(data),
+                   **{k: v for k, v in data.items() if k in names})
 
     def judged(self, budget: Budget) -> ProbeResult:
-        """A measured result classified against the budget (the parent's decision, not the child's)."""
+        """A measured result classified against the budget (the parent's decision, not the child's): its peak
+        must fit, and so must every phase a mechanism measured besides training."""
         if self.status not in ("measured", *MEASURED_STATUSES):
             return self
-        fits = budget.fits(self.used_bytes)
-        error = None if fits else (f"peak {self.used_bytes} bytes > {int(budget.limit)} bytes "
-                                   "(budget less headroom)")
-        return dataclasses.replace(self, status="fits" if fits else "over_budget", error=error,
-                                   budget_bytes=budget.bytes)
+        reasons = [] if budget.fits(self.used_bytes) else [
+            f"peak {self.used_bytes} bytes > {int(budget.limit)} bytes (budget less headroom)"]
+        reasons += [why for mechanism in MECHANISMS if (why := mechanism.judge(self, budget.limit))]
+        return dataclasses.replace(self, status="over_budget" if reasons else "fits",
+                                   error="; ".join(reasons) or None, budget_bytes=budget.bytes)

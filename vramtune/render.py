@@ -13,7 +13,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from vramtune.chart import text_chart
+from vramtune.mechanisms import MECHANISMS
 from vramtune.records import ProbeResult
+from vramtune.report import Report
 from vramtune.strategy import Strategy
 from vramtune.units import format_bytes
 
@@ -57,10 +59,6 @@ def _status(status: str) -> str:
     return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
 
 
-def _used(result: dict[str, Any]) -> int | None:
-    return ProbeResult.from_json(result).used_bytes
-
-
 class ProbeProgress:
     """One line per probe as it finishes, with the rung, the strategy and the elapsed time; on an interactive
     console also a live spinner for the running probe."""
@@ -98,96 +96,98 @@ class ProbeProgress:
             console.show_cursor(True)
 
 
-def probe_table(probes: list[dict[str, Any]], limit: float) -> Table:
+def probe_table(probes: list[ProbeResult], limit: float) -> Table:
     """One row per probe; the strategy in one column (its label, recompute as r/total) so it fits 80 columns."""
     table = Table(title="probes", title_justify="left", show_lines=False)
     for column in ("#", "rung", "strategy", "status", "peak", "of limit", "samples/s", "note"):
         table.add_column(column, justify="right" if column in ("#", "peak", "of limit", "samples/s") else "left",
                          no_wrap=column != "note")
     for index, result in enumerate(probes, 1):
-        used = _used(result)
-        label = Strategy.from_json(result).label(total_blocks=result.get("total_blocks"))
-        note = "" if result["status"] in ("fits", "over_budget") else escape((result.get("error") or "")[:60])
-        table.add_row(str(index), escape(result.get("rung") or "-"), escape(label), _status(result["status"]),
+        used = result.used_bytes
+        note = "" if result.measured else escape((result.error or "")[:60])
+        table.add_row(str(index), escape(result.rung or "-"), escape(result.label()), _status(result.status),
                       format_bytes(used), f"{used / limit:.0%}" if used else "-",
-                      _throughput(result.get("samples_per_sec")), note)
+                      _throughput(result.samples_per_sec), note)
     return table
 
 
-def choice_line(report: dict[str, Any]) -> str:
+def choice_line(report: Report) -> str:
     """The one-line answer (plain text): what was chosen, or that nothing fits."""
-    chosen, limit = report["chosen"], report["limit_bytes"]
+    chosen, limit, budget = report.chosen, report.limit, report.budget
+    headroom = f"budget {format_bytes(budget.bytes)} less {budget.headroom:.0%} headroom"
     if chosen:
-        used, devices, stage = _used(chosen), chosen.get("devices", 1), chosen.get("sharding_stage", 0)
-        granularity = chosen.get("recompute_granularity", "full")
-        return (f"chosen: {chosen['precision']}, micro-batch {chosen['micro_batch']} x accumulation "
-                f"{chosen['accumulation']}" + (f" x {devices} devices" if devices > 1 else "")
-                + f" = {report['target_batch']}, recompute {chosen['recomputed_blocks']}/"
-                f"{chosen.get('total_blocks') or 0} blocks" + (f" ({granularity})" if granularity != "full" else "")
+        strategy, used = chosen.strategy, chosen.used_bytes
+        granularity, stage = strategy.recompute_granularity, strategy.sharding_stage
+        return (f"chosen: {strategy.precision}, micro-batch {strategy.micro_batch} x accumulation "
+                f"{strategy.accumulation}" + (f" x {strategy.devices} devices" if strategy.devices > 1 else "")
+                + f" = {report.target_batch}, recompute {strategy.recomputed_blocks}/"
+                f"{chosen.facts_of('recompute').get('total_blocks') or 0} blocks"
+                + (f" ({granularity})" if granularity != "full" else "")
                 + (f", sharding stage {stage}" if stage else "")
-                + f"; peak {format_bytes(used)} of {format_bytes(limit)} "
-                f"({used / limit:.0%}; budget {format_bytes(report['budget_bytes'])} less {report['headroom']:.0%} "
-                f"headroom), {chosen['samples_per_sec']:.1f} samples/s")
-    return (f"nothing fits {format_bytes(limit)} (budget {format_bytes(report['budget_bytes'])} less "
-            f"{report['headroom']:.0%} headroom) at target batch {report['target_batch']}.")
+                + f"; peak {format_bytes(used)} of {format_bytes(limit)} ({used / limit:.0%}; {headroom}), "
+                f"{chosen.samples_per_sec:.1f} samples/s")
+    return f"nothing fits {format_bytes(limit)} ({headroom}) at target batch {report.target_batch}."
 
 
-def render_breakdown(chosen: dict[str, Any]) -> None:
-    parts = chosen.get("breakdown")
+def render_breakdown(chosen: ProbeResult) -> None:
+    parts = chosen.breakdown()
     if parts:
         say("  what fills its peak: " + ", ".join(f"{name.replace('_', ' ')} {format_bytes(size)}"
                                                   for name, size in parts.items()))
+    for mechanism in MECHANISMS:
+        for line in mechanism.describe(chosen):
+            say(f"  {line}")
 
 
-def render_tuning(report: dict[str, Any]) -> None:
-    limit = report["limit_bytes"]
-    console.print(probe_table(report["probes"], limit))
-    for line in text_chart(report["probes"], limit, report["chosen"], width=max(16, min(48, console.width - 42))):
+def render_tuning(report: Report) -> None:
+    limit = report.limit
+    console.print(probe_table(report.probes, limit))
+    for line in text_chart(report.probes, limit, report.chosen, width=max(16, min(48, console.width - 42))):
         console.print(line)
-    for note in report["notes"]:
+    for note in report.notes:
         say(f"note: {note}")
-    if report["reused"]:
-        say(f"reused {report['reused']} saved probe(s) (--fresh re-probes)")
-    if report["interrupted"]:
+    if report.reused:
+        say(f"reused {report.reused} saved probe(s) (--fresh re-probes)")
+    if report.interrupted:
         console.print("[yellow]interrupted[/]: finished probes are saved; run again to resume")
-    elif report["chosen"]:
+    elif report.chosen:
         console.print(f"[bold green]chosen[/]: {escape(choice_line(report).removeprefix('chosen: '))}")
-        render_breakdown(report["chosen"])
+        render_breakdown(report.chosen)
     else:
         console.print(f"[bold red]nothing fits[/] {escape(choice_line(report).removeprefix('nothing fits '))}")
-        closest = report["closest"]
+        closest = report.closest
         if closest:
-            used = _used(closest)
-            say(f"closest: {Strategy.from_json(closest).label()} peaked at {format_bytes(used)}, "
+            used = closest.used_bytes
+            say(f"closest: {closest.strategy.label()} peaked at {format_bytes(used)}, "
                 f"{format_bytes(used - limit)} over ({used / limit:.0%} of the limit)")
-        for tip in report["suggestions"]:
+        for tip in report.suggestions:
             say(f"  would fit with: {tip}")
-    say(f"{len(report['probes'])} probes in {report['seconds']:.1f}s on {report['device']['name']}")
+    say(f"{len(report.probes)} probes in {report.seconds:.1f}s on {report.device_name}")
 
 
-def render_measure(result: dict[str, Any]) -> None:
-    used = _used(result)
-    console.print(f"{escape(Strategy.from_json(result).label())}: {_status(result['status'])}")
+def render_measure(result: ProbeResult) -> None:
+    used = result.used_bytes
+    console.print(f"{escape(result.strategy.label())}: {_status(result.status)}")
     if used:
-        reserved = result["reserved_bytes"]
-        say(f"  peak {format_bytes(result['peak_bytes'])} allocated"
-            + (f", {format_bytes(reserved)} reserved" if reserved else "")
-            + f" (budget {format_bytes(result['budget_bytes'])})")
-        say(f"  {result['step_seconds']:.3f}s per optimizer step, {result['samples_per_sec']:.1f} "
-            f"samples/s, loss {result['loss']}")
-    if result.get("total_blocks") is not None:
-        say(f"  repeated blocks found: {result['total_blocks']}")
-    if result.get("error"):
-        say(f"  {result['error']}")
-    if result.get("device"):
-        say(f"  on {result['device']['name']}, paddle {result['paddle_version']}")
+        say(f"  peak {format_bytes(result.peak_bytes)} allocated"
+            + (f", {format_bytes(result.reserved_bytes)} reserved" if result.reserved_bytes else "")
+            + f" (budget {format_bytes(result.budget_bytes)})")
+        say(f"  {result.step_seconds:.3f}s per optimizer step, {result.samples_per_sec:.1f} "
+            f"samples/s, loss {result.loss}")
+    total = result.facts_of("recompute").get("total_blocks")
+    if total is not None:
+        say(f"  repeated blocks found: {total}")
+    if result.error:
+        say(f"  {result.error}")
+    if result.device:
+        say(f"  on {result.device['name']}, paddle {result.paddle_version}")
 
 
 def render_check(verdict: dict[str, Any]) -> None:
     for note in verdict["notes"]:
         say(f"note: {note}")
     if verdict["measured"]:
-        render_measure(verdict["measured"])
+        render_measure(ProbeResult.from_json(verdict["measured"]))
     for reason in verdict["reasons"]:
         error(reason)
     status = verdict["status"]

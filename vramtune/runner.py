@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from vramtune.mechanisms import MECHANISMS
-from vramtune.ranks import launcher_env, marked, merge, rank_logs, read_rank_results
+from vramtune.mechanisms.base import Launch
+from vramtune.ranks import marked, merge, rank_logs, read_rank_results
 from vramtune.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
 from vramtune.strategy import Strategy
 from vramtune.text import error_line, looks_like_oom
@@ -156,10 +157,13 @@ def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: flo
     return {"status": "crashed", "error": f"exit code {outcome.returncode} without a result: {last_line}"}
 
 
+Launcher = Callable[[list[str], dict[str, str]], "Launch | None"]  # (worker arguments, env) -> how to launch
+
+
 def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
-               job: dict[str, Any] | None = None, launcher: list[str] | None = None,
-               ranks: int = 1, device_kind: str = "cpu") -> tuple[ChildOutcome, dict[str, Any] | None]:
-    """Run the worker once in a temporary folder (its working folder too: the launcher's logs go there);
+               job: dict[str, Any] | None = None, launcher: Launcher | None = None) -> tuple[ChildOutcome,
+                                                                                             dict[str, Any] | None]:
+    """Run the worker once in a temporary folder (its working folder too: a launcher's logs go there);
     returns the outcome and its JSON result (the ranks' merged into one), if any."""
     with tempfile.TemporaryDirectory(prefix="vramtune-") as folder:
         out = os.path.join(folder, "result.json")
@@ -167,13 +171,15 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
             job_path = os.path.join(folder, "job.json")
             Path(job_path).write_text(json.dumps(job), encoding="utf-8")
             arguments = [*arguments, "--job", job_path]
-        argv, env = child_command([*arguments, "--out", out], extra_env)
-        if launcher:
-            argv, env = [*launcher, *argv[3:]], launcher_env(env, ranks, device_kind)
+        arguments = [*arguments, "--out", out]
+        argv, env = child_command(arguments, extra_env)
+        launch = launcher(arguments, env) if launcher else None
+        if launch:
+            argv, env = launch.argv, launch.env
         outcome = ChildProcess(argv, env, os.path.join(folder, "stderr.txt"), cwd=folder,
-                               graceful=bool(launcher)).run(timeout)
-        if launcher:
-            payload = merge(read_rank_results(out, ranks), rank_logs(folder, ranks))
+                               graceful=bool(launch)).run(timeout)
+        if launch:
+            payload = merge(read_rank_results(out, launch.ranks), rank_logs(folder, launch.ranks))
         else:
             try:
                 payload = json.loads(Path(out).read_text(encoding="utf-8"))
@@ -198,9 +204,13 @@ class ChildBackend:
     def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult:
         """One probe; on a GPU the child's allocator is capped at the budget, so over-budget configs OOM there."""
         device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
-        launcher = next((argv for argv in (m.launcher(strategy) for m in MECHANISMS) if argv), None)
+
+        def launcher(arguments: list[str], env: dict[str, str]) -> Launch | None:
+            return next((launch for m in MECHANISMS if (launch := m.launcher(strategy, device, arguments, env))),
+                        None)
+
         outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json(),
-                                      launcher, getattr(strategy, "devices", 1), device.kind)
+                                      launcher)
         return result_from(job, classify(outcome, payload, timeout), outcome.seconds)
 
 

@@ -3,13 +3,12 @@
     from vramtune import runtime
     plan = runtime.load("model.tuned.yaml")
     # PaddleNLP model: model = LlamaForCausalLM(plan.configure(config))  -- its own recompute settings
-    model, optimizer = plan.prepare(model, optimizer)      # wraps the recomputed blocks
+    model, optimizer = plan.prepare(model, lambda parameters: paddle.optimizer.AdamW(parameters=parameters))
     for batch in loader:                                    # batches of plan.micro_batch samples
         loss, stepped = plan.step(lambda b: loss_fn(model, b), batch)   # AMP, scaling, accumulation
 
-The same `StepRunner` and mechanisms run the probes, so precision, loss scaling, accumulation and recompute are
-identical. Note: recomputed blocks sit inside a wrapper, so their state_dict keys gain an `inner.` segment; call
-`plan.prepare` after loading a checkpoint, or save from a model that was not prepared.
+The probes prepare and train through the same code (child/preparing.py, child/training.py), so every mechanism —
+LoRA, precision, loss scaling, accumulation, recompute, data parallel, sharding — is applied as measured.
 """
 from __future__ import annotations
 
@@ -19,18 +18,22 @@ from typing import Any, Callable
 
 import paddle
 
-from vramtune.checking import tuned_strategy
-from vramtune.child.training import StepRunner
+from vramtune.child.preparing import OptimizerOrFactory, Prepared, configure, prepare
 from vramtune.mechanisms import MECHANISMS
-from vramtune.spec import load_spec
+from vramtune.records import Budget
+from vramtune.report import Tuned
+from vramtune.spec import load_spec, require_tuned
 
 
 @dataclass
 class Plan:
-    strategy: Any  # vramtune.strategy.Strategy
-    block_path: str | None = None  # the spec's model.block_path (None: detected as in the probes)
-    tuned: dict[str, Any] = field(default_factory=dict)  # the whole tuned: section (peak_bytes, budget_bytes, ...)
-    runner: StepRunner | None = None
+    tuned: Tuned  # the whole tuned: section (strategy, peak_bytes, budget_bytes, ...)
+    settings: dict[str, Any] = field(default_factory=dict)  # mechanism name -> what its child hooks need
+    prepared: Prepared | None = None
+
+    @property
+    def strategy(self) -> Any:
+        return self.tuned.strategy
 
     @property
     def micro_batch(self) -> int:
@@ -41,33 +44,32 @@ class Plan:
         return self.strategy.accumulation
 
     def configure(self, config: Any) -> Any:
-        """For a PaddleNLP model, before building it: the recompute settings it reads at construction
-        (recompute_granularity, no_recompute_layers), as in the probes. Returns the config."""
-        for mechanism in MECHANISMS:
-            mechanism.configure_model(config, self.strategy, self.block_path)
-        return config
+        """For a PaddleNLP model, before building it: the settings it reads at construction (recompute
+        granularity, no_recompute_layers), as in the probes. Returns the config."""
+        return configure(config, self.strategy, self.settings)
 
-    def prepare(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer):
-        """Apply the mechanisms to the model (recompute; under AMP O2 its weights are cast to half in place and the
-        optimizer keeps fp32 master weights) and, with several ranks, set up data parallel or fleet sharding as
-        the probes did (run the script under `python -m paddle.distributed.launch --nproc_per_node N`); returns
-        the (possibly wrapped) model and optimizer to train with."""
-        for mechanism in MECHANISMS:
-            mechanism.prepare_model(model, self.strategy, self.block_path)
-        for mechanism in MECHANISMS:
-            model, optimizer = mechanism.prepare_training(model, optimizer, self.strategy)
-        self.runner = StepRunner(model, optimizer, self.strategy)
-        return model, optimizer
+    def prepare(self, model: paddle.nn.Layer, optimizer: OptimizerOrFactory) -> tuple[Any, Any]:
+        """Apply the mechanisms as the probes did: LoRA and recompute on the model; under AMP O2 its weights cast
+        to half in place and the optimizer keeping fp32 master weights; with several ranks, data parallel or
+        fleet sharding (run under `python -m paddle.distributed.launch --nproc_per_node N`). `optimizer` may be a
+        factory of the parameters to train (required when the plan adds parameters, as LoRA does). Returns the
+        model and optimizer to train with."""
+        self.prepared = prepare(model, optimizer, self.strategy, self.settings)
+        return self.prepared.network, self.prepared.optimizer
 
     def step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> tuple[paddle.Tensor, bool]:
         """One micro-batch: forward under the tuned precision, backward; the optimizer steps every
         `accumulation` calls. Returns (loss, whether the optimizer stepped)."""
-        if self.runner is None:
+        if self.prepared is None:
             raise RuntimeError("call plan.prepare(model, optimizer) before plan.step(...)")
-        return self.runner.micro_step(loss_fn, batch)
+        return self.prepared.runner.micro_step(loss_fn, batch)
 
 
 def load(path: str | Path) -> Plan:
     """The plan of a file written by `vramtune apply`."""
     spec = load_spec(path)
-    return Plan(tuned_strategy(spec), spec.block_path, dict(spec.tuned))
+    tuned = require_tuned(spec)
+    budget = Budget(tuned.budget_bytes or spec.budget or 0, spec.headroom)
+    settings = {m.name: child for m in MECHANISMS
+                if (child := m.child_settings(spec.settings.get(m.name), budget)) is not None}
+    return Plan(tuned, settings)

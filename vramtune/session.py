@@ -1,8 +1,8 @@
 """The tuning session: a spec bound to a device, a budget, its saved results and a measuring backend.
 
 It owns what the CLI must not: locking, saved-result reuse, flag validation, turning build failures into user
-errors, and the JSON-ready report. The backend is pluggable (`runner.ChildBackend` for real probes, fake
-devices in tests), so every command's behaviour can be exercised without Paddle.
+errors, and the report. The backend is pluggable (`runner.ChildBackend` for real probes, fake devices in tests),
+so every command's behaviour can be exercised without Paddle.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from vramtune import __version__
 from vramtune.export import ExportError
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
+from vramtune.report import Report
 from vramtune.runner import Backend, DeviceError
 from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
 from vramtune.sources import SOURCES
@@ -55,22 +55,19 @@ def open_session(spec: Spec, backend: Backend, warn: Say, device: Device | None 
     return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device, identity), warn=warn), backend)
 
 
-def job_for(spec: Spec, strategy: Strategy, device: Device) -> ProbeJob:
+def job_for(spec: Spec, strategy: Strategy, device: Device, budget: Budget) -> ProbeJob:
+    settings = {m.name: child for m in MECHANISMS
+                if (child := m.child_settings(spec.settings.get(m.name), budget)) is not None}
     return ProbeJob(source=spec.source, model=SOURCES[spec.source].to_json(spec.model), spec_path=spec.path,
                     spec_dir=str(Path(spec.path).resolve().parent),
                     optimizer=spec.train.optimizer, learning_rate=spec.train.learning_rate,
                     strategy=strategy.to_json(), device=device.to_json(), steps=spec.probe.steps,
-                    warmup=spec.probe.warmup, block_path=spec.block_path)
+                    warmup=spec.probe.warmup, settings=settings)
 
 
 def unsupported(strategy: Strategy, device: Device) -> str | None:
     """Why the device cannot run the strategy (the first mechanism that says), or None."""
     return next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
-
-
-def precisions_unsupported(precisions: list[str], device: Device) -> dict[str, str]:
-    """precision -> why the device cannot run it, for those it cannot."""
-    return {p: why for p in precisions if (why := unsupported(Strategy(precision=p), device))}
 
 
 def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
@@ -80,7 +77,7 @@ def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
         return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
                            device={"name": session.device.name, "kind": session.device.kind},
                            paddle_version=session.device.paddle_version)
-    job = job_for(session.spec, strategy, session.device)
+    job = job_for(session.spec, strategy, session.device, session.budget)
     with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
         result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
     return result.judged(session.budget)
@@ -102,74 +99,41 @@ def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
         message = field.check(value) if value is not None else None
         if message:
             problems.append(Problem(spec.path, field.flag, message))
-    micro = values.get("micro_batch") or 0
-    devices = values.get("devices") or spec.devices
+    fixed = {k: v for m in MECHANISMS for k, v in m.fixed(spec.settings.get(m.name)).items()}
+    values = {**fixed, **{k: v for k, v in values.items() if v is not None}}
+    micro, devices = values.get("micro_batch") or 0, values.get("devices", 1)
     per_rank = spec.train.target_batch // devices
     if values.get("accumulation") is None:
         if micro > 0 and per_rank % micro:
             problems.append(Problem(spec.path, "--micro-batch", (
                 f"{micro} does not divide train.target_batch {spec.train.target_batch}"
                 + (f" over {devices} devices" if devices > 1 else "") + "; give --accumulation explicitly")))
-        values = {**values, "accumulation": max(1, per_rank // max(micro, 1))}
-    values["devices"] = devices
+        values["accumulation"] = max(1, per_rank // max(micro, 1))
     if problems:
         raise SpecError(problems)
-    return Strategy.from_json({k: v for k, v in values.items() if v is not None})
-
-
-def sharding_stages(spec: Spec, device: Device) -> tuple[list[int], dict[str, str]]:
-    """The sharding stages the search may try (none with one rank or `search.sharding: off`), and why the
-    others cannot run on this device."""
-    from vramtune.mechanisms.sharding import STAGES
-
-    if spec.devices < 2 or not spec.search["sharding"]:
-        return [0], {}
-    reasons = {stage: unsupported(Strategy(devices=spec.devices, sharding_stage=stage), device) for stage in STAGES}
-    return ([stage for stage, why in reasons.items() if not why],
-            {f"sharding stage {stage}": why for stage, why in reasons.items() if why})
+    return Strategy.from_json(values)
 
 
 def search_problem(session: Session) -> SearchProblem:
-    """What the search needs to know: the target, the candidates, the budget, what the device supports."""
+    """What the search needs to know: the target, the candidates, the budget, the device, each mechanism's
+    settings."""
     spec = session.spec
-    stages, skipped = sharding_stages(spec, session.device)
-    return SearchProblem(
-        target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(), budget=session.budget,
-        amp_precisions=list(spec.search["precision"]), unsupported=precisions_unsupported(spec.search["precision"],
-                                                                                          session.device),
-        recompute=spec.search["recompute"], max_accumulation=spec.search["accumulation"].max_accumulation,
-        speed_rises_with_batch=session.device.kind == "gpu", devices=spec.devices, sharding_stages=stages,
-        skipped=skipped, min_micro_batch=spec.search["accumulation"].min_micro_batch,
-        # PaddleNLP's Trainer converts with its own to_static path (it failed on a tiny Llama on CPU where
-        # paddle.jit.to_static(full_graph=True) ran): what would be measured is not what the Trainer would run
-        to_static=spec.search["to_static"] and spec.source != "paddlenlp")
+    return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
+                         budget=session.budget, device=session.device, settings=spec.settings,
+                         speed_rises_with_batch=session.device.kind == "gpu")
 
 
-def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> dict[str, Any]:
-    """The JSON-ready result of a tuning run (also what `apply` reads back)."""
+def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
+    """The result of a tuning run (also what `apply` reads back)."""
     device = session.device
-    return {
-        "spec": session.spec.name,
-        "spec_path": session.spec.path,
-        "device": {"name": device.name, "kind": device.kind, "total_bytes": device.total_bytes},
-        "paddle_version": device.paddle_version,
-        "vramtune": __version__,
-        "budget_bytes": session.budget.bytes,
-        "headroom": session.budget.headroom,
-        "limit_bytes": int(session.budget.limit),
-        "target_batch": session.spec.train.target_batch,
-        "chosen": outcome.chosen.to_json() if outcome.chosen else None,
-        "probes": [probe.to_json() for probe in outcome.probes],
-        "notes": outcome.notes,
-        "closest": outcome.closest.to_json() if outcome.closest else None,
-        "suggestions": outcome.suggestions,
-        "reused": reused,
-        "interrupted": interrupted,
-        "seconds": round(seconds, 2),
-    }
+    return Report(spec=session.spec.name, spec_path=session.spec.path, device_name=device.name,
+                  device_kind=device.kind, device_bytes=device.total_bytes, paddle_version=device.paddle_version,
+                  budget=session.budget, target_batch=session.spec.train.target_batch, chosen=outcome.chosen,
+                  probes=outcome.probes, notes=outcome.notes, closest=outcome.closest,
+                  suggestions=outcome.suggestions, reused=reused, interrupted=interrupted, seconds=seconds)
 
 
-def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> dict[str, Any]:
+def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> Report:
     """Run the ladder under the spec's lock; every probe is saved as soon as it finishes. Ctrl-C returns the
     partial report (interrupted: true)."""
     with session.store.locked(on_wait=on_wait):
@@ -202,4 +166,3 @@ def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False
         if not interrupted:
             session.store.save_summary(result)
     return result
-

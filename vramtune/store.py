@@ -21,6 +21,7 @@ from typing import Any, Callable
 from vramtune import __version__
 from vramtune.files import write_atomic
 from vramtune.records import Device, ProbeResult
+from vramtune.report import Report
 from vramtune.strategy import Strategy
 
 FORMAT = 2
@@ -155,14 +156,14 @@ class ResultStore:
         if self.probes_path.exists():
             os.replace(self.probes_path, self.probes_path.with_name(f"probes.jsonl.old-{int(time.time())}"))
 
-    def save_summary(self, summary: dict[str, Any]) -> None:
+    def save_summary(self, summary: Report) -> None:
         self._ensure_folder()
         try:
-            write_atomic(self.summary_path, json.dumps(summary, indent=1))
+            write_atomic(self.summary_path, json.dumps(summary.to_json(), indent=1))
         except OSError as error:
             raise StoreError(f"cannot save {self.summary_path}: {error.strerror or error}") from error
 
-    def load_summary(self) -> dict[str, Any] | None:
+    def load_summary(self) -> Report | None:
         """The last finished tuning run's report; a damaged one is set aside with a warning (and None)."""
         try:
             text = self.summary_path.read_text(encoding="utf-8")
@@ -172,10 +173,11 @@ class ResultStore:
             self.warn(f"saved summary {self.summary_path} is unreadable ({error}); tuning again")
             return None
         try:
-            summary = json.loads(text)
-            if summary.get("vramtune") != __version__ or not isinstance(summary.get("probes"), list):
+            data = json.loads(text)
+            if data.get("vramtune") != __version__ or not isinstance(data.get("probes"), list):
                 raise ValueError("written by another vramtune version")
-        except (ValueError, AttributeError) as error:
+            summary = Report.from_json(data)
+        except (ValueError, AttributeError, KeyError, TypeError) as error:
             aside = self.summary_path.with_name(f"summary.json.bad-{int(time.time())}")
             with contextlib.suppress(OSError):
                 os.replace(self.summary_path, aside)

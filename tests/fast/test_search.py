@@ -5,9 +5,10 @@ import dataclasses
 import itertools
 
 import pytest
-from fakes import FakeDevice, MiB, plan
+from fakes import FakeDevice, MiB, make_problem, plan
 
-from vramtune.records import Budget, ProbeResult
+from vramtune.records import ProbeResult
+from vramtune.report import Tuned
 from vramtune.search import MemoryModel, SearchProblem, Tuner, choose
 from vramtune.strategy import Strategy
 
@@ -22,8 +23,7 @@ def points(rows):
 
 
 def problem(budget: int, target: int = 64, **kwargs) -> SearchProblem:
-    kwargs.setdefault("micro_batches", divisors(target, kwargs.get("max_accumulation", 64)))
-    return SearchProblem(target_batch=target, budget=Budget(budget, 0.05), **kwargs)
+    return make_problem(budget, target, **kwargs)
 
 
 def grid_best(device: FakeDevice, prob: SearchProblem) -> ProbeResult | None:
@@ -295,7 +295,7 @@ def test_batchnorm_models_get_a_micro_batch_floor_and_the_report_says_what_it_co
     class BatchNormFake(FakeDevice):
         def result(self, s, budget):
             result = super().result(s, budget)
-            result.batchnorm_layers = 20
+            result.facts["accumulation"] = {"batchnorm_layers": 20}
             return result
 
     device = BatchNormFake(overhead=0.0, small_batch_bonus=0.05, recompute_cost=0.1)  # smaller is faster
@@ -335,8 +335,9 @@ def test_fp16_safe_exports_the_op_list():
     from vramtune.export.paddlenlp_args import tuned_arguments
     from vramtune.mechanisms.precision import SAFE_BLACK_LIST
 
-    arguments, _ = tuned_arguments({"precision": "fp16-safe", "micro_batch": 8, "accumulation": 2,
-                                    "recomputed_blocks": 0, "total_blocks": 4}, "adamw", "gpu")
+    arguments, _ = tuned_arguments(Tuned.from_json({"precision": "fp16-safe", "micro_batch": 8, "accumulation": 2,
+                                                    "recomputed_blocks": 0, "total_blocks": 4,
+                                                    "device_kind": "gpu"}), "adamw")
     assert (arguments["fp16"], arguments["bf16"], arguments["fp16_opt_level"]) == (True, False, "O1")
     assert arguments["amp_custom_black_list"] == list(SAFE_BLACK_LIST)
 
@@ -391,7 +392,7 @@ def test_each_amp_level_has_its_own_memory_model_and_counted_state():
     tuner = Tuner(device.measure(1 << 40), problem(1 << 40, amp_precisions=list(AMP_PRECISIONS)))
     for strategy in (plan("fp16-o2", 8, 8), plan("fp16-o2", 16, 4), plan("fp16", 8, 8)):
         tuner.probe("test", strategy)
-    o2, o1 = tuner.model(plan("bf16-o2", 32, 2)), tuner.model(plan("bf16", 32, 2))
+    o2, o1 = tuner.memory_model(plan("bf16-o2", 32, 2)), tuner.memory_model(plan("bf16", 32, 2))
     assert o2.counts == {"weight": 4 * MiB, "gradient": 4 * MiB, "optimizer": 24 * MiB}  # half + fp32 masters
     assert o1.counts == {"weight": 8 * MiB, "gradient": 8 * MiB, "optimizer": 16 * MiB}
     assert [s.precision for s, _ in o2.points] == ["fp16-o2", "fp16-o2"] and len(o1.points) == 1
@@ -409,9 +410,11 @@ def test_o2_is_chosen_where_it_is_faster_and_exported_as_fp16_opt_level():
     chosen = outcome.chosen.strategy
     assert chosen.precision == "fp16-o2" and chosen.micro_batch == 64
     assert [s.label() for s in device.calls[:2]] == ["fp32 m=64 k=1 r=0", "fp16-o2 m=64 k=1 r=0"]
-    arguments, _ = tuned_arguments({**chosen.to_json(), "total_blocks": 4}, "adamw", "gpu")
+    arguments, _ = tuned_arguments(Tuned.from_json({**chosen.to_json(), "total_blocks": 4, "device_kind": "gpu"}),
+                                   "adamw")
     assert (arguments["fp16"], arguments["bf16"], arguments["fp16_opt_level"]) == (True, False, "O2")
-    arguments, _ = tuned_arguments({**chosen.with_(precision="bf16-o2").to_json(), "total_blocks": 4}, "adamw", "gpu")
+    arguments, _ = tuned_arguments(Tuned.from_json({**chosen.with_(precision="bf16-o2").to_json(), "total_blocks": 4,
+                                                    "device_kind": "gpu"}), "adamw")
     assert (arguments["fp16"], arguments["bf16"], arguments["fp16_opt_level"]) == (False, True, "O2")
 
 

@@ -104,9 +104,10 @@ def test_paddlenlp_export_warns_about_partial_recompute():
     from paddlenlp.trainer import PdArgumentParser, TrainingArguments
 
     from vramtune.export.paddlenlp_args import paddlenlp_arguments
+    from vramtune.report import Tuned
     section = {"precision": "fp16", "micro_batch": 4, "accumulation": 8, "recomputed_blocks": 2,
-               "total_blocks": 12}
-    arguments, warnings = paddlenlp_arguments("bert", section, 5e-5)
+               "total_blocks": 12, "device_kind": "gpu"}
+    arguments, warnings = paddlenlp_arguments("bert", Tuned.from_json(section), 5e-5)
     assert warnings and warnings[0].startswith("recompute of 2 of 12 blocks does not map")
     assert arguments["_vramtune_comment"] == warnings[0]
     parser = PdArgumentParser(TrainingArguments)

@@ -367,6 +367,7 @@ def test_warmup_waits_for_the_optimizer_state_when_the_scaler_skips_steps(tmp_pa
     """fp16's GradScaler skips optimizer.step() while it finds inf gradients: the measured peak must include
     AdamW's moments, so warmup goes on until they exist (the scaler itself runs on CPU too)."""
     from vramtune.child.worker import run_probe
+    from vramtune.records import Budget
     from vramtune.runner import ChildBackend
     from vramtune.session import job_for
     from vramtune.spec import spec_from_dict
@@ -375,7 +376,8 @@ def test_warmup_waits_for_the_optimizer_state_when_the_scaler_skips_steps(tmp_pa
     monkeypatch.syspath_prepend(str(FAULTS))
     spec = spec_from_dict(fault_spec("inf_first", lo=3), str(tmp_path / "spec.yaml"))
     device = ChildBackend().describe("cpu")
-    job = job_for(spec, Strategy(precision="fp16", micro_batch=8, accumulation=1), device).to_json()
+    job = job_for(spec, Strategy(precision="fp16", micro_batch=8, accumulation=1), device,
+                  Budget(device.total_bytes, 0.05)).to_json()
     result = run_probe(job)
     assert result["optimizer_state"] is True and result["status"] == "measured", result
     assert result["optimizer_bytes"] > 0

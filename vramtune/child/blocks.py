@@ -39,13 +39,15 @@ from typing import Any
 import paddle
 from paddle.distributed.fleet.utils import recompute
 
+from vramtune.sources.base import BuildError
+
 ROOT = "."  # the block path of the model itself, e.g. MobileNetV1 whose blocks are its direct children
 PLAIN_CONTAINERS = (paddle.nn.Sequential, paddle.nn.LayerList)
 COMPUTE_LAYERS = (paddle.nn.Linear, paddle.nn.Conv1D, paddle.nn.Conv2D, paddle.nn.Conv3D, paddle.nn.Conv1DTranspose,
                   paddle.nn.Conv2DTranspose, paddle.nn.Conv3DTranspose)
 
 
-class BlockError(ValueError):
+class BlockError(BuildError):
     """The block path does not resolve to repeated blocks."""
 
 

@@ -1,25 +1,12 @@
-"""Building a source's model in the child: the BuiltModel record and the one-sample shape check."""
+"""Building a source's model in the child, with the one-sample shape check, and the helpers builders share."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import paddle
 
-from vramtune.child.blocks import BlockError
-from vramtune.sources.base import Source
+from vramtune.sources.base import BuildError, BuiltModel, Source
 from vramtune.text import error_line, looks_like_oom
-
-
-class BuildError(Exception):
-    """The spec's model cannot be built or does not accept the spec's data: a user error, not a probe result."""
-
-
-@dataclass
-class BuiltModel:
-    model: paddle.nn.Layer
-    make_batch: Callable[[int], Any]  # micro_batch -> batch
-    loss: Callable[[paddle.nn.Layer, Any], paddle.Tensor]  # (model, batch) -> scalar loss
 
 
 def random_tensor(batch: int, tensor: Any) -> paddle.Tensor:
@@ -44,7 +31,7 @@ def build_checked(source: Source, settings: Any, spec_dir: str, configure: Calla
     building is a memory result, not bad input: it propagates as it is and the probe is classified `oom`."""
     try:
         built = source.build(settings, spec_dir, configure)
-    except (MemoryError, BuildError, BlockError):
+    except (MemoryError, BuildError):
         raise
     except Exception as error:
         if looks_like_oom(str(error)):

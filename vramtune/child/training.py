@@ -1,22 +1,17 @@
-"""Training under a Strategy: AMP, gradient accumulation (recompute is applied to the model beforehand).
+"""Training under a Strategy: the mechanisms' forward contexts (AMP) and loss scaler, gradient accumulation.
 
 The probe worker and `vramtune.runtime` both train through `StepRunner`, so users train exactly what was measured.
+It names no mechanism: precision brings auto_cast and the GradScaler, sharding wraps the scaler.
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import paddle
 
 from vramtune.mechanisms import MECHANISMS
-from vramtune.mechanisms.precision import (
-    AMP_DTYPES,
-    SAFE_BLACK_LIST,
-    TRAINER_BLACK_LIST,
-    TRAINER_O2_WHITE_LIST,
-    dtype_of,
-    level_of,
-)
 
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "Momentum"}
 STATELESS = ("sgd",)  # optimizers that keep no per-parameter state
@@ -27,23 +22,25 @@ class StepRunner:
 
     def __init__(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, strategy: Any):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
-        self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0**15) if dtype_of(strategy.precision) == "fp16"
-                       else None)
+        self.scaler = None
         for mechanism in MECHANISMS:
-            self.scaler = mechanism.wrap_scaler(self.scaler, strategy)
+            self.scaler = mechanism.scaler(self.scaler, strategy)
         self.pending = 0  # micro-batches since the last optimizer step
+
+    @contextlib.contextmanager
+    def forward_context(self) -> Iterator[None]:
+        """Every mechanism's forward context (AMP's auto_cast), for training and evaluation forwards alike."""
+        with contextlib.ExitStack() as stack:
+            for mechanism in MECHANISMS:
+                stack.enter_context(mechanism.forward_context(self.strategy))
+            yield
 
     def micro_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> tuple[paddle.Tensor, bool]:
         """Forward+backward one micro-batch; returns (unscaled loss, detached, whether the optimizer stepped).
 
         The loss is detached as PaddleNLP's Trainer does: a loss tensor kept alive keeps its graph's recompute
         inputs alive too, into the next micro-batch."""
-        precision = self.strategy.precision
-        level = level_of(precision)
-        black = set(TRAINER_BLACK_LIST) | (set(SAFE_BLACK_LIST) if precision == "fp16-safe" else set())
-        white = set(TRAINER_O2_WHITE_LIST) if level == "O2" else set()
-        with paddle.amp.auto_cast(enable=level != "O0", dtype=AMP_DTYPES.get(dtype_of(precision), "float16"),
-                                  level=level, custom_black_list=black, custom_white_list=white):
+        with self.forward_context():
             loss = loss_fn(batch)
         scaled = loss / self.strategy.accumulation
         (self.scaler.scale(scaled) if self.scaler else scaled).backward()
@@ -87,8 +84,8 @@ def optimizer_state_ready(name: str, optimizer: paddle.optimizer.Optimizer) -> b
 
 def state_counts(model: paddle.nn.Layer, optimizer: Any) -> dict[str, int]:
     """Bytes of the weights, their gradients (alive from backward on; kept zeroed between steps; as many bytes
-    as the weights, half under O2) and this rank's optimizer state (Adam's moments, momentum's velocity, O2's
-    master weights)."""
+    as the trainable weights, half under O2) and this rank's optimizer state (Adam's moments, momentum's velocity,
+    O2's master weights)."""
     from vramtune.child.distributed import inner_optimizer
 
     def size(tensor: Any) -> int:

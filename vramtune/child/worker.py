@@ -4,7 +4,7 @@
     python -m vramtune.child.worker probe --job JOB.json --out RESULT.json
 
 A probe measures and reports; it does not judge fit (the parent owns the budget): status `measured`, or what
-went wrong (`oom`, `crashed`, `unstable`, or a build error).
+went wrong (`oom`, `crashed`, `unstable`, `unsupported`, or a build error).
 """
 from __future__ import annotations
 
@@ -14,10 +14,14 @@ import math
 import sys
 import time
 import zlib  # noqa: F401  before Paddle: 2.6's libpaddle exports its own zlib, which breaks Python's if loaded first
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vramtune.files import write_atomic
+from vramtune.records import Device, ProbeJob, flat_facts
+from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.strategy import Strategy
 from vramtune.text import error_line, looks_like_oom
 
 MAX_EXTRA_WARMUP = 8  # warmup steps added while the optimizer state does not exist yet
@@ -37,74 +41,94 @@ def run_info(device: str) -> dict[str, Any]:
     return describe(device).to_json()
 
 
+@dataclass
+class Run:
+    """A probe after its measured training steps: what a mechanism's after_measure phase works with."""
+
+    job: ProbeJob
+    strategy: Strategy
+    built: BuiltModel
+    prepared: Any  # child.preparing.Prepared
+    counters: Any  # child.counters.MemoryCounters
+    peak_bytes: int  # the training steps' peak
+
+
+def build(job: ProbeJob, strategy: Strategy) -> tuple[BuiltModel, Any]:
+    """The model, built and checked with one sample, then prepared by every mechanism (BuildError: bad input)."""
+    from vramtune.child.building import build_checked
+    from vramtune.child.preparing import configure, prepare
+    from vramtune.child.training import make_optimizer
+    from vramtune.sources import SOURCES
+
+    source = SOURCES[job.source]
+    built = build_checked(source, source.from_json(job.model), job.spec_dir,
+                          lambda config: configure(config, strategy, job.settings))
+    built.model.train()
+    prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters),
+                       strategy, job.settings)
+    return built, prepared
+
+
+def warm_up(job: ProbeJob, prepared: Any, loss_fn: Any, batch: Any) -> tuple[list[float], bool]:
+    """Train until the optimizer's state exists (bounded): GradScaler skips steps while gradients are not finite."""
+    from vramtune.child.training import optimizer_state_ready
+
+    losses: list[float] = []
+    for step in range(job.warmup + MAX_EXTRA_WARMUP):
+        if step >= job.warmup and optimizer_state_ready(job.optimizer, prepared.optimizer):
+            break
+        losses.append(prepared.runner.train_step(loss_fn, batch))
+    return losses, optimizer_state_ready(job.optimizer, prepared.optimizer)
+
+
 def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
-    """Build the model, apply the strategy, warm up until the optimizer state exists, then measure."""
+    """Build and prepare the model, warm up until the optimizer state exists, measure the training steps, then
+    the mechanisms' own phases (evaluation)."""
     import paddle
 
     from vramtune.child import distributed
-    from vramtune.child.blocks import BlockError
-    from vramtune.child.building import BuildError, build_checked
     from vramtune.child.counters import MemoryCounters
-    from vramtune.child.training import StepRunner, make_optimizer, optimizer_state_ready, state_counts
+    from vramtune.child.training import state_counts
     from vramtune.mechanisms import MECHANISMS
-    from vramtune.records import Device, ProbeJob
-    from vramtune.sources import SOURCES
-    from vramtune.strategy import Strategy
 
     job = ProbeJob.from_json(job_data)
     device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
-    source = SOURCES[job.source]
     paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{device.index + distributed.rank()}")
     paddle.seed(job.seed)  # every rank builds the same weights
-    result: dict[str, Any] = {}
     try:
-        def configure(config: Any) -> None:
-            for mechanism in MECHANISMS:
-                mechanism.configure_model(config, strategy, job.block_path)
-
-        built = build_checked(source, source.from_json(job.model), job.spec_dir, configure)
-        for mechanism in MECHANISMS:
-            result.update(mechanism.prepare_model(built.model, strategy, job.block_path))
-    except (BuildError, BlockError) as error:
-        return {**result, "status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build"}
-    model = built.model
-    model.train()
-    optimizer = make_optimizer(job.optimizer, job.learning_rate, model.parameters())
-    network = model
-    for mechanism in MECHANISMS:  # O2's decorate, data parallel, sharding, to_static
-        network, optimizer = mechanism.prepare_training(network, optimizer, strategy)
-    runner = StepRunner(network, optimizer, strategy)
+        built, prepared = build(job, strategy)
+    except BuildError as error:
+        return {"status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build"}
     paddle.seed(job.seed + distributed.rank())  # and each its own data
     batch = built.make_batch(strategy.micro_batch)
 
     def loss_fn(data):
-        return built.loss(network, data)
+        return built.loss(prepared.network, data)
 
     counters = MemoryCounters(device.kind, device.index)
+    facts = flat_facts(prepared.facts)
     losses: list[float] = []
     try:
-        for step in range(job.warmup + MAX_EXTRA_WARMUP):
-            if step >= job.warmup and optimizer_state_ready(job.optimizer, optimizer):
-                break
-            losses.append(runner.train_step(loss_fn, batch))
-        state_ready = optimizer_state_ready(job.optimizer, optimizer)
+        losses, state_ready = warm_up(job, prepared, loss_fn, batch)
         counters.start()
         start = time.perf_counter()
         for _ in range(job.steps):
-            losses.append(runner.train_step(loss_fn, batch))
+            losses.append(prepared.runner.train_step(loss_fn, batch))
         peak, reserved = counters.peak()
         seconds = (time.perf_counter() - start) / job.steps
+        run = Run(job, strategy, built, prepared, counters, peak)
+        for mechanism in MECHANISMS:
+            facts.update(mechanism.after_measure(run, job.settings.get(mechanism.name)))
     except Exception as error:
         if is_oom(error):
-            return {**result, "status": "oom", "error": short_error(error)}
-        if strategy.to_static and not losses:  # failed in its first step: the conversion, not the training
-            return {**result, "status": "unsupported", "error": f"to_static: the model cannot be converted: "
-                                                                f"{short_error(error)}"}
-        return {**result, "status": "crashed", "error": short_error(error)}
-    measured = {**result, "status": "measured", "peak_bytes": peak, "reserved_bytes": reserved,
+            return {**facts, "status": "oom", "error": short_error(error)}
+        reason = None if losses else next(
+            (why for m in MECHANISMS if (why := m.failed_first_step(strategy, short_error(error)))), None)
+        return {**facts, "status": "unsupported" if reason else "crashed", "error": reason or short_error(error)}
+    measured = {**facts, "status": "measured", "peak_bytes": peak, "reserved_bytes": reserved,
                 "step_seconds": seconds, "samples_per_sec": strategy.batch / seconds,
                 "loss": losses[-1] if math.isfinite(losses[-1]) else None, "optimizer_state": state_ready,
-                **state_counts(model, optimizer)}
+                **state_counts(prepared.model, prepared.optimizer)}
     if not all(math.isfinite(value) for value in losses):
         measured.update(status="unstable", error=f"non-finite loss: {losses}")
     elif not state_ready:

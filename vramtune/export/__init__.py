@@ -6,6 +6,7 @@ from typing import Any
 
 from vramtune.export import arguments_file, paddlenlp_args, yaml_spec
 from vramtune.files import write_atomic
+from vramtune.report import Report
 
 FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file)}
 
@@ -34,7 +35,7 @@ def check_format(format_name: str, spec_path: Path, spec: Any) -> None:
         raise ExportError(f"--format yaml needs a YAML spec; {spec_path} is a PaddleNLP arguments file")
 
 
-def render(format_name: str, spec_path: Path, spec: Any, report: dict[str, Any]) -> tuple[str, list[str]]:
+def render(format_name: str, spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     """The output file's text for `apply`, and any warnings."""
     return FORMATS[format_name].render(spec_path, spec, report)
 

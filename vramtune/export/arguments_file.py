@@ -7,14 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.export.paddlenlp_args import tuned_arguments
-from vramtune.export.yaml_spec import tuned_section
+from vramtune.report import Report, Tuned
 
 NAME, SUFFIX = "arguments", ".tuned.json"
 
 
-def render(spec_path: Path, spec: Any, report: dict[str, Any]) -> tuple[str, list[str]]:
-    tuned, warnings = tuned_arguments(tuned_section(report), spec.train.optimizer, report["device"]["kind"])
-    arguments = dict(spec.arguments)
-    for key, value in tuned.items():
-        arguments[key] = value
-    return json.dumps(arguments, indent=2) + "\n", warnings
+def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+    tuned, warnings = tuned_arguments(Tuned.of(report), spec.train.optimizer)
+    return json.dumps({**spec.arguments, **tuned}, indent=2) + "\n", warnings

@@ -1,4 +1,6 @@
-"""Gradient accumulation: micro-batch m, k micro-batches per optimizer step (m x k = the target batch)."""
+"""Gradient accumulation: micro-batch m, k micro-batches per optimizer step (m x k = the target batch per rank).
+The micro-batch search itself (the boundary, the throughput walk) is the ladder's core; this module owns the
+candidates, their floor and the term accumulating adds to memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,13 +36,14 @@ class Accumulation(Mechanism):
         Field("accumulation", int, 1, "--accumulation", "-k",
               "micro-batches per optimizer step (default: target / micro)", _positive),
     )
+    facts = ("batchnorm_layers",)
     options = (Option("max_accumulation", "--max-accumulation", int, None, "largest accumulation tried",
                       lambda value: {"search.max_accumulation": value}),)
-    search_keys = ("max_accumulation", "micro_batches", "min_micro_batch")
     nonnegative_term = False
     soft_term = True
 
-    def read_search(self, section) -> AccumulationSearch:
+    def read(self, spec) -> AccumulationSearch:
+        section = spec.search
         settings = AccumulationSearch(
             max_accumulation=section.get("max_accumulation", int, 64, check=positive(1 << 16)) or 64,
             micro_batches=section.get("micro_batches", list, None),
@@ -51,7 +54,7 @@ class Accumulation(Mechanism):
             settings.micro_batches = None
         return settings
 
-    def label(self, strategy, total_blocks: int | None = None) -> str:
+    def label(self, strategy, facts) -> str:
         return f"m={strategy.micro_batch} k={strategy.accumulation}"
 
     def weight(self, strategy) -> int:
@@ -61,16 +64,32 @@ class Accumulation(Mechanism):
         # k = 1 frees the gradients before the next forward; accumulating keeps them alive: measured off the line
         return 1.0 if strategy.accumulation == 1 else 0.0
 
-    def prepare_model(self, model, strategy, block_path):
+    def min_micro_batch(self, settings: AccumulationSearch, facts) -> tuple[int, str] | None:
+        if settings.min_micro_batch:
+            return settings.min_micro_batch, "search.min_micro_batch"
+        layers = facts.get("batchnorm_layers")
+        if layers:
+            return BATCHNORM_FLOOR, f"the model has {layers} BatchNorm layers, whose statistics over fewer samples " \
+                                    "are noisy"
+        return None
+
+    def suggest(self, search) -> list[str]:
+        settings, smallest = search.settings(self.name), search.problem.micro_batches[-1]
+        if smallest > 1:
+            return [f"a smaller micro-batch: lower train.target_batch or raise search.max_accumulation "
+                    f"(now {settings.max_accumulation}; the smallest micro-batch tried was {smallest})"]
+        return []
+
+    def to_arguments(self, tuned):
+        return {"per_device_train_batch_size": tuned.strategy.micro_batch,
+                "gradient_accumulation_steps": tuned.strategy.accumulation}, []
+
+    def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""
         import paddle
 
         batchnorm = getattr(paddle.nn.layer.norm, "_BatchNormBase", paddle.nn.BatchNorm2D)
-        return {"batchnorm_layers": sum(isinstance(layer, batchnorm) for layer in model.sublayers())}
-
-    def paddlenlp(self, tuned):
-        return {"per_device_train_batch_size": tuned["micro_batch"],
-                "gradient_accumulation_steps": tuned["accumulation"]}, []
+        return model, {"batchnorm_layers": sum(isinstance(layer, batchnorm) for layer in model.sublayers())}
 
 
 MECHANISM = Accumulation()

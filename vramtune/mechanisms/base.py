@@ -1,17 +1,27 @@
 """What a memory mechanism declares. Paddle-free: the child-side hooks import Paddle inside themselves.
 
-A mechanism owns strategy fields (with their measure flags), spec keys under `search:` (with their probe flags),
-a label, its weight in the simpler-wins tie rule, why a device cannot run it, its term in the memory model,
-how the child applies it to a model, and how it is exported.
+A mechanism owns everything about itself, and nothing outside its module names it:
+- its strategy fields (with their `vramtune measure` flags) and the facts it learns about a model (result keys);
+- its spec keys (YAML: `read`; a PaddleNLP arguments file: `from_arguments`, and back: `to_arguments`), its
+  `vramtune probe` flags, and what the child needs of its settings (`child_settings`);
+- its part in judging and searching: label, tie weight, what a device cannot run, its memory term and group, and
+  the search functions of the roles the ladder's data gives it (`search/roles.py`);
+- its child-side hooks, which `child/preparing.py` applies in registry order.
+Every hook has a default that does nothing, so a mechanism writes only what it changes.
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 if TYPE_CHECKING:
-    from vramtune.reading import Section
-    from vramtune.records import Device
+    from vramtune.reading import Section, Sections
+    from vramtune.records import Budget, Device, ProbeResult
+    from vramtune.report import Tuned
+    from vramtune.search.ladder import Tuner
+    from vramtune.strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -42,69 +52,154 @@ class Option:
     choices: tuple[str, ...] | None = None
 
 
-class Mechanism:
-    """Defaults: a mechanism with no memory term, no export, supported everywhere."""
+Facts = dict[str, Any]  # what a mechanism learned about the model in one probe (its own result keys)
 
+
+class Launch(NamedTuple):
+    """A probe run under a launcher: its command, its environment, and how many ranks write a result."""
+
+    argv: list[str]
+    env: dict[str, str]
+    ranks: int  # each rank writes its own result (OUT.rankN)
+
+
+class Mechanism:
     name: str = ""
     fields: tuple[Field, ...] = ()
+    facts: tuple[str, ...] = ()  # the result keys it reports (flat in JSON, its own namespace inside)
     options: tuple[Option, ...] = ()
-    search_keys: tuple[str, ...] = ()  # keys it reads from the spec's `search:` section
     nonnegative_term = True  # the fitted memory coefficient cannot be negative
     soft_term = False  # taken as 0 while too few probes pin the base line down
+    shares_memory_group = False  # its values within one memory group take the same bytes (fp16 and bf16)
 
-    def read_search(self, section: Section) -> Any:
-        """Its settings from the spec's `search:` section (problems recorded on the section)."""
+    # -- the spec (Paddle-free) ----------------------------------------------------------------------------
+    def read(self, spec: Sections) -> Any:
+        """Its settings from the spec's sections (problems recorded on them); None when it has none."""
         return None
 
-    def read_top(self, root: Section) -> Any:
-        """Its settings from the spec's top level, for a mechanism the user fixes rather than the search
-        explores (e.g. `devices`); None when it has none."""
+    def fixed(self, settings: Any) -> dict[str, Any]:
+        """Strategy fields the user fixes for the whole run rather than the search exploring (e.g. devices)."""
+        return {}
+
+    def from_arguments(self, arguments: Section) -> dict[str, Any]:
+        """The keys of a PaddleNLP arguments file it reads, as dotted spec keys (the file becomes a spec)."""
+        return {}
+
+    def to_arguments(self, tuned: Tuned) -> tuple[dict[str, Any], list[str]]:
+        """TrainingArguments keys for the tuned values, and warnings for what does not map."""
+        return {}, []
+
+    def child_settings(self, settings: Any, budget: Budget) -> Any:
+        """What the child needs of its settings (JSON), or None. The budget is given for a mechanism that picks
+        what to measure in the child by it (evaluation batches); fit is still judged by the parent."""
         return None
 
-    def label(self, strategy: Any, total_blocks: int | None = None) -> str:
-        """Its part of a strategy's label ("" when off); total_blocks, where known, for a count out of the model's."""
+    # -- judging and reporting (Paddle-free) -------------------------------------------------------------
+    def label(self, strategy: Strategy, facts: Facts) -> str:
+        """Its part of a strategy's label ("" when off); its facts (e.g. the model's block count) where known."""
         return " ".join(f"{field.short.lstrip('-')}={getattr(strategy, field.name)}" for field in self.fields)
 
-    def weight(self, strategy: Any) -> int:
-        """0 when the mechanism is off; larger is more complex (the tie rule prefers fewer and smaller)."""
+    def weight(self, strategy: Strategy) -> int:
+        """How much of the mechanism is used, 0 when off: the tie rule prefers less, the speed model charges a
+        measured cost per unit of it."""
         return 0
 
-    def unsupported(self, strategy: Any, device: Device) -> str | None:
+    def unsupported(self, strategy: Strategy, device: Device) -> str | None:
         return None
 
-    def memory_term(self, strategy: Any) -> float:
+    def memory_term(self, strategy: Strategy) -> float:
         """The feature whose fitted coefficient is this mechanism's memory effect; 0 when off."""
         return 0.0
 
-    def known_saving(self, strategy: Any, counts: dict[str, float]) -> float:
+    def known_saving(self, strategy: Strategy, counts: dict[str, float]) -> float:
         """Bytes the mechanism saves that follow from counted sizes rather than a fit (counts: weight, gradient
         and optimizer bytes of the unpartitioned model), e.g. sharding divides state by the ranks."""
         return 0.0
 
-    def memory_group(self, strategy: Any) -> str:
+    def memory_group(self, strategy: Strategy) -> str:
         """Strategies in different groups get separate memory models (fp32 vs AMP)."""
         return ""
 
-    def configure_model(self, config: Any, strategy: Any, block_path: str | None) -> None:
-        """Child side, before the model is built: set what a model reads from its configuration at construction
-        (PaddleNLP's recompute granularity and layers). Only sources with such a configuration call it."""
+    def speed_group(self, strategy: Strategy) -> str:
+        """Strategies in different groups get separate speed lines (each precision its own)."""
+        return ""
 
-    def prepare_model(self, model: Any, strategy: Any, block_path: str | None) -> dict[str, Any]:
-        """Child side: change the model before training; returns result fields it learned."""
-        return {}
-
-    def prepare_training(self, model: Any, optimizer: Any, strategy: Any) -> tuple[Any, Any]:
-        """Child side, once the optimizer exists: wrap model and optimizer (data parallel, sharding)."""
-        return model, optimizer
-
-    def wrap_scaler(self, scaler: Any, strategy: Any) -> Any:
-        """Child side: the fp16 loss scaler as this mechanism needs it (sharding: one that agrees across ranks)."""
-        return scaler
-
-    def launcher(self, strategy: Any) -> list[str] | None:
-        """The command a probe runs under instead of plain Python (multi-rank probes), or None."""
+    def min_micro_batch(self, settings: Any, facts: Facts) -> tuple[int, str] | None:
+        """A floor on the micro-batch that may be chosen, and why."""
         return None
 
-    def paddlenlp(self, tuned: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """TrainingArguments keys for the tuned values, and warnings for what does not map."""
-        return {}, []
+    def judge(self, result: ProbeResult, limit: float) -> str | None:
+        """Why a result whose training peak fits does not fit after all (a phase of its own), or None."""
+        return None
+
+    def describe(self, result: ProbeResult) -> list[str]:
+        """Lines about a chosen result for the report."""
+        return []
+
+    def notes(self, search: Tuner) -> list[str]:
+        """What the search skips from the start, and why (e.g. AMP on a CPU)."""
+        return []
+
+    def suggest(self, search: Tuner) -> list[str]:
+        """When nothing fits: what of this mechanism would help."""
+        return []
+
+    # -- search roles (called for the mechanisms the ladder's data names in each role) -------------------
+    def whole_batch(self, base: Strategy, search: Tuner) -> None:
+        """Role whole_batch: probe its alternatives at the whole batch (before accumulation)."""
+
+    def alternatives(self, base: Strategy, search: Tuner) -> Iterable[dict[str, Any]]:
+        """Role outer: its settings to search in depth, in order (lazily: later ones may depend on results)."""
+        return [{}]
+
+    def worth_searching(self, candidate: Strategy, search: Tuner) -> bool:
+        """Role outer: whether the candidate could beat what was measured so far."""
+        return True
+
+    def levels(self, plain: Strategy, search: Tuner) -> list[Strategy]:
+        """Role axis: its settings at one micro-batch, by increasing memory (the last: off)."""
+        return []
+
+    def refine_level(self, found: Strategy, search: Tuner) -> ProbeResult:
+        """Role axis: the best of the cheaper variants of a level found to fit (e.g. recompute granularities)."""
+        return search.results[found]
+
+    def refine(self, best: ProbeResult, search: Tuner) -> None:
+        """Role refine: probe variants of the best configuration (kept by the choice only if faster)."""
+
+    # -- child side (import Paddle inside) ---------------------------------------------------------------
+    def configure_model(self, config: Any, strategy: Strategy, settings: Any) -> None:
+        """Before the model is built: set what a model reads from its configuration at construction (PaddleNLP's
+        recompute granularity and layers). Only sources with such a configuration call it."""
+
+    def prepare_model(self, model: Any, strategy: Strategy, settings: Any) -> tuple[Any, Facts]:
+        """Change the model before its optimizer exists (LoRA, recompute wrappers); returns the model to train
+        (perhaps a new wrapper) and the facts learned."""
+        return model, {}
+
+    def prepare_training(self, model: Any, optimizer: Any, strategy: Strategy, settings: Any) -> tuple[Any, Any]:
+        """Once the optimizer exists: wrap model and optimizer (AMP O2, data parallel, sharding, to_static)."""
+        return model, optimizer
+
+    def forward_context(self, strategy: Strategy) -> contextlib.AbstractContextManager:
+        """The context every forward runs in (AMP's auto_cast)."""
+        return contextlib.nullcontext()
+
+    def scaler(self, scaler: Any, strategy: Strategy) -> Any:
+        """The loss scaler as this mechanism needs it: made (fp16) or wrapped (sharding agrees across ranks)."""
+        return scaler
+
+    def failed_first_step(self, strategy: Strategy, error: str) -> str | None:
+        """Why a failure in the very first training step means this mechanism cannot run the model (the probe
+        is then `unsupported`, e.g. a model to_static cannot convert), or None."""
+        return None
+
+    def after_measure(self, run: Any, settings: Any) -> Facts:
+        """After the measured training steps: a phase of its own (evaluation), measured; returns facts."""
+        return {}
+
+    def launcher(self, strategy: Strategy, device: Device, arguments: list[str], env: dict[str, str]
+                 ) -> Launch | None:
+        """The probe run under a launcher (several ranks): the command for the worker's arguments, its
+        environment, and how many ranks write a result; None to run the worker as it is."""
+        return None

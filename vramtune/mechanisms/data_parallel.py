@@ -1,11 +1,12 @@
 """Data parallel: `devices` ranks on this node share the batch (target = micro-batch x accumulation x ranks).
-Probes with several ranks run under `python -m paddle.distributed.launch` (gloo on CPU, NCCL on GPU)."""
+Probes with several ranks run under `python -m paddle.distributed.launch` (gloo on CPU, NCCL on GPU); each rank
+writes its own result and `ranks.merge` makes one of them (the largest rank's peak must fit)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from vramtune.mechanisms.base import Field, Mechanism, Option
+from vramtune.mechanisms.base import Field, Launch, Mechanism, Option
 from vramtune.reading import positive
 
 WORKER = Path(__file__).resolve().parent.parent / "child" / "worker.py"
@@ -14,14 +15,18 @@ WORKER = Path(__file__).resolve().parent.parent / "child" / "worker.py"
 class DataParallel(Mechanism):
     name = "data_parallel"
     fields = (Field("devices", int, 1, "--devices", "-n", "data-parallel ranks on this node", positive(1024)),)
+    facts = ("rank_peak_bytes",)  # every rank's peak; peak_bytes is the largest
     options = (Option("devices", "--devices", int, None, "data-parallel ranks on this node (overrides the spec)",
                       lambda value: {"devices": value}),)
     soft_term = True
 
-    def read_top(self, root) -> int:
-        return root.get("devices", int, 1, check=positive(1024)) or 1
+    def read(self, spec) -> int:
+        return spec.root.get("devices", int, 1, check=positive(1024)) or 1
 
-    def label(self, strategy, total_blocks: int | None = None) -> str:
+    def fixed(self, settings: int) -> dict:
+        return {"devices": settings}
+
+    def label(self, strategy, facts) -> str:
         return f"n={strategy.devices}" if strategy.devices > 1 else ""
 
     def unsupported(self, strategy, device) -> str | None:
@@ -31,26 +36,30 @@ class DataParallel(Mechanism):
 
     def memory_term(self, strategy) -> float:
         # paddle.DataParallel's fused gradient buffers; fleet's sharding optimizer goes without them
-        return 1.0 if strategy.devices > 1 and not getattr(strategy, "sharding_stage", 0) else 0.0
+        return 1.0 if strategy.devices > 1 and not strategy.sharding_stage else 0.0
 
-    def prepare_training(self, model, optimizer, strategy):
-        from vramtune.child import distributed
-
-        return distributed.data_parallel(model, optimizer, strategy)
-
-    def launcher(self, strategy) -> list[str] | None:
-        if strategy.devices == 1:
-            return None
-        return [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.devices),
-                "--log_dir", "log", "--job_id", "vramtune", "--log_overwrite", "true", "--max_restart", "0",
-                "--host", "127.0.0.1", str(WORKER)]
-
-    def paddlenlp(self, tuned):
-        devices = tuned.get("devices", 1)
+    def to_arguments(self, tuned):
+        devices = tuned.strategy.devices
         if devices == 1:
             return {}, []
         return {}, [f"launch with: python -m paddle.distributed.launch --nproc_per_node {devices} "
                     "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
 
+    def prepare_training(self, model, optimizer, strategy, settings):
+        from vramtune.child import distributed
+
+        return distributed.data_parallel(model, optimizer, strategy)
+
+    def launcher(self, strategy, device, arguments, env) -> Launch | None:
+        """Several ranks: the worker under paddle.distributed.launch, with a free block of ports for the
+        rendezvous and nothing inherited that would reconfigure the launcher; each rank writes OUT.rankN."""
+        if strategy.devices == 1:
+            return None
+        from vramtune.ranks import launcher_env
+
+        argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.devices),
+                "--log_dir", "log", "--job_id", "vramtune", "--log_overwrite", "true", "--max_restart", "0",
+                "--host", "127.0.0.1", str(WORKER), *arguments]
+        return Launch(argv, launcher_env(env, strategy.devices, device.kind), strategy.devices)
 
 MECHANISM = DataParallel()

@@ -1,10 +1,13 @@
-"""AMP: fp32; auto_cast O1 in fp16 (with GradScaler) or bf16; or O2 (pure fp16/bf16: the weights cast to half by
-paddle.amp.decorate, fp32 master weights in the optimizer). CPU cannot measure any of it (see CPU_AMP_REASON).
+"""Precision: fp32, AMP O1 (auto_cast, weights fp32) and O2 (paddle.amp.decorate: weights half, the optimizer holding
+fp32 master weights), in fp16 (with a GradScaler) or bf16.
 
-What O2 changes in memory: the weights and gradients take 2 bytes per parameter, the optimizer adds 4 (fp32
-master weights), so the counted state is the same 16 B/param for AdamW; O1's half copies of the weights, which
-white-listed ops keep for backward (~2 B/param), are gone, and gray-listed ops produce half activations. O2 is
-its own memory group (its own fitted line, its own counted state), measured rather than derived from O1.
+Memory: weights + gradients + AdamW state come to 16 B/param at both levels: O1 4 + 4 + 8, O2 2 + 2 + (4 master + 8
+moments); O2 also drops the half copies of the weights that O1's white-listed ops keep for backward (~2 B/param),
+and gray-listed ops produce half activations. O2 is its own memory group (its own fitted line, its own counted
+state), measured rather than derived from O1.
+
+In the search: AMP at the whole batch (least memory first, stopping at the first that does not fit), then each
+precision searched in depth where it could win (fp16-safe retried only after fp16 went non-finite; fp32 last).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cr
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # Paddle's names
+LOSS_SCALE = 2.0**15
 
 
 def dtype_of(precision: str) -> str:
@@ -54,9 +58,11 @@ class Precision(Mechanism):
     options = (Option("precision", "--precision", str, None, "AMP modes allowed (fp16, bf16, fp16-o2, bf16-o2; fp32 "
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
-    search_keys = ("precisions",)
+    shares_memory_group = True
 
-    def read_search(self, section) -> list[str]:
+    def read(self, spec) -> list[str]:
+        """search.precisions: the AMP modes allowed, least memory first whatever the spec's order."""
+        section = spec.search
         values = section.get("precisions", list, list(AMP_PRECISIONS))
         if values is None:
             return list(AMP_PRECISIONS)
@@ -66,9 +72,9 @@ class Precision(Mechanism):
         elif bad:
             section.fail("precisions", f"unknown precision {bad[0]!r}{did_you_mean(bad[0], AMP_PRECISIONS)}; "
                                        f"allowed: {', '.join(AMP_PRECISIONS)} (fp32 is always tried)")
-        return [p for p in AMP_PRECISIONS if p in values]  # least memory first, whatever the spec's order
+        return [p for p in AMP_PRECISIONS if p in values]
 
-    def label(self, strategy, total_blocks: int | None = None) -> str:
+    def label(self, strategy, facts) -> str:
         return strategy.precision
 
     def weight(self, strategy) -> int:
@@ -82,7 +88,61 @@ class Precision(Mechanism):
         """fp16 and bf16 take the same bytes; O2 takes its own."""
         return {"O0": "fp32", "O1": "amp", "O2": "amp-o2"}[level_of(strategy.precision)]
 
-    def prepare_training(self, model, optimizer, strategy):
+    def speed_group(self, strategy) -> str:
+        return strategy.precision
+
+    def to_arguments(self, tuned):
+        precision = tuned.strategy.precision
+        dtype = dtype_of(precision)
+        arguments: dict[str, Any] = {"fp16": dtype == "fp16", "bf16": dtype == "bf16"}
+        if precision != "fp32":
+            arguments["fp16_opt_level"] = level_of(precision)
+        if precision == "fp16-safe":
+            arguments["amp_custom_black_list"] = list(SAFE_BLACK_LIST)
+        return arguments, []
+
+    # -- search ------------------------------------------------------------------------------------------
+    def amp(self, search) -> list[str]:
+        """The AMP modes the spec allows and the device runs, least memory first."""
+        return [p for p in search.settings(self.name) if not search.unsupported(search.base.with_(precision=p))]
+
+    def notes(self, search) -> list[str]:
+        skipped: dict[str, list[str]] = {}  # why -> the precisions skipped for it
+        for precision in search.settings(self.name):
+            why = search.unsupported(search.base.with_(precision=precision))
+            if why:
+                skipped.setdefault(why, []).append(precision)
+        return [f"{', '.join(precisions)} skipped: {why}" for why, precisions in skipped.items()]
+
+    def suggest(self, search) -> list[str]:
+        if len(self.amp(search)) < len(search.settings(self.name)):
+            return ["AMP (fp16/bf16, O1 or O2) on a GPU, which roughly halves activation memory"]
+        return []
+
+    def whole_batch(self, base, search) -> None:
+        for precision in self.amp(search):
+            if search.probe("amp", base.with_(precision=precision)).status in ("oom", "over_budget"):
+                break  # least memory first (O2, then O1): the next one would not fit either
+
+    def alternatives(self, base, search):
+        for precision in self.amp(search):
+            yield {"precision": precision}
+        if self.fp16_unstable(search):
+            search.note("fp16 was unstable (non-finite loss): trying fp16-safe (overflow-prone ops in fp32)")
+            yield {"precision": "fp16-safe"}
+        yield {"precision": "fp32"}
+
+    def worth_searching(self, candidate, search) -> bool:
+        return search.could_win(self, candidate)
+
+    @staticmethod
+    def fp16_unstable(search) -> bool:
+        """fp16 (O1 or O2) went non-finite and never trained stably."""
+        fp16 = [r for s, r in search.results.items() if s.precision in ("fp16", "fp16-o2")]
+        return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)
+
+    # -- child side --------------------------------------------------------------------------------------
+    def prepare_training(self, model, optimizer, strategy, settings):
         """O2: the weights cast to half (BatchNorm kept fp32, and LayerNorm/InstanceNorm under fp16) and the
         optimizer given fp32 master weights, as PaddleNLP's Trainer does for fp16_opt_level O2, before data
         parallel or sharding wrap them (decorate refuses a wrapped model)."""
@@ -93,15 +153,24 @@ class Precision(Mechanism):
         return paddle.amp.decorate(models=model, optimizers=optimizer, level="O2",
                                    dtype=AMP_DTYPES[dtype_of(strategy.precision)])
 
-    def paddlenlp(self, tuned):
-        precision = tuned["precision"]
-        dtype = dtype_of(precision)
-        arguments: dict[str, Any] = {"fp16": dtype == "fp16", "bf16": dtype == "bf16"}
-        if precision != "fp32":
-            arguments["fp16_opt_level"] = level_of(precision)
-        if precision == "fp16-safe":
-            arguments["amp_custom_black_list"] = list(SAFE_BLACK_LIST)
-        return arguments, []
+    def forward_context(self, strategy):
+        """auto_cast with the lists PaddleNLP's Trainer passes (and fp16-safe's own)."""
+        import paddle
+
+        precision = strategy.precision
+        level = level_of(precision)
+        black = set(TRAINER_BLACK_LIST) | (set(SAFE_BLACK_LIST) if precision == "fp16-safe" else set())
+        white = set(TRAINER_O2_WHITE_LIST) if level == "O2" else set()
+        return paddle.amp.auto_cast(enable=level != "O0", dtype=AMP_DTYPES.get(dtype_of(precision), "float16"),
+                                    level=level, custom_black_list=black, custom_white_list=white)
+
+    def scaler(self, scaler, strategy):
+        """fp16 needs a loss scaler (bf16 has fp32's range)."""
+        if dtype_of(strategy.precision) != "fp16":
+            return scaler
+        import paddle
+
+        return paddle.amp.GradScaler(init_loss_scaling=LOSS_SCALE)
 
 
 MECHANISM = Precision()

@@ -1,6 +1,9 @@
 """ZeRO-style sharding over the data-parallel ranks: stage 1 partitions the optimizer state, stage 2 also the
 gradients, stage 3 also the parameters. Stage 1 is fleet's DygraphShardingOptimizer (runs on CPU with gloo);
-stages 2 and 3 are group_sharded_parallel, which Paddle runs on GPUs (and XPUs) only."""
+stages 2 and 3 are group_sharded_parallel, which Paddle runs on GPUs (and XPUs) only.
+
+In the search: at the whole batch, stage 1 measured and higher stages where predicted to fit; then each stage an
+outer alternative, searched in depth where it lets a larger micro-batch fit than without."""
 from __future__ import annotations
 
 from vramtune.mechanisms.base import Field, Mechanism
@@ -9,6 +12,7 @@ STAGES = (0, 1, 2, 3)
 PARTITIONED = {1: ("optimizer",), 2: ("optimizer", "gradient"), 3: ("optimizer", "gradient", "weight")}
 GPU_ONLY_REASON = ("sharding stage {stage} (group_sharded_parallel) runs on GPU only: Paddle asserts 'only support "
                    "gpu, xpu and custom_device'")
+NEIGHBOUR_MARGIN = 0.03  # a stage predicted over the limit by more than this is not probed
 
 
 def _stage(value: int) -> str | None:
@@ -19,12 +23,11 @@ class Sharding(Mechanism):
     name = "sharding"
     fields = (Field("sharding_stage", int, 0, "--sharding-stage", "-s",
                     "ZeRO-style sharding over the ranks: 1 optimizer state, 2 + gradients, 3 + parameters", _stage),)
-    search_keys = ("sharding",)
 
-    def read_search(self, section) -> bool:
-        return section.get("sharding", str, "auto", choices=("auto", "off")) != "off"
+    def read(self, spec) -> bool:
+        return spec.search.get("sharding", str, "auto", choices=("auto", "off")) != "off"
 
-    def label(self, strategy, total_blocks: int | None = None) -> str:
+    def label(self, strategy, facts) -> str:
         return f"s={strategy.sharding_stage}" if strategy.sharding_stage else ""
 
     def weight(self, strategy) -> int:
@@ -45,21 +48,61 @@ class Sharding(Mechanism):
             return 0.0
         return sum(counts.get(part, 0.0) for part in PARTITIONED[stage]) * (1 - 1 / ranks)
 
-    def prepare_training(self, model, optimizer, strategy):
+    def to_arguments(self, tuned):
+        stage = tuned.strategy.sharding_stage
+        if not stage:
+            return {}, []
+        return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned.strategy.devices}, []
+
+    # -- search ------------------------------------------------------------------------------------------
+    def considered(self, search) -> dict[int, str | None]:
+        """stage -> why the device cannot run it (None: it can); only stage 0 with one rank or sharding off."""
+        if search.base.devices < 2 or not search.settings(self.name):
+            return {0: None}
+        return {stage: search.unsupported(search.base.with_(sharding_stage=stage)) for stage in STAGES}
+
+    def stages(self, search) -> list[int]:
+        return [stage for stage, why in self.considered(search).items() if not why]
+
+    def notes(self, search) -> list[str]:
+        return [f"sharding stage {stage} skipped: {why}" for stage, why in self.considered(search).items() if why]
+
+    def whole_batch(self, base, search) -> None:
+        """The whole batch with the state partitioned, lowest stage first. The first stage is measured (it also
+        shows what data parallel's own buffers cost); higher stages only where predicted to fit from the
+        counted weight, gradient and optimizer bytes."""
+        for index, stage in enumerate(self.stages(search)[1:]):
+            sharded = base.with_(sharding_stage=stage)
+            predicted = search.predict(sharded)
+            hopeful = predicted is None or predicted <= search.limit * (1 + NEIGHBOUR_MARGIN)
+            if (index == 0 or hopeful) and search.probe("sharding", sharded).fits:
+                return
+
+    def alternatives(self, base, search):
+        return [{"sharding_stage": stage} for stage in self.stages(search)]
+
+    def worth_searching(self, candidate, search) -> bool:
+        """Stage 0 always; a higher stage where partitioning the state lets a larger micro-batch fit than the
+        largest fitting without recompute (predicted)."""
+        if not candidate.sharding_stage:
+            return True
+        fitting = search.fitting_micro_batches(candidate, varying=("sharding_stage",))
+        larger = [m for m in search.problem.micro_batches if m > max(fitting, default=0)]
+        if not larger:
+            return False
+        predicted = search.predict(search.sized(candidate, min(larger)))
+        return predicted is None or predicted <= search.limit
+
+    # -- child side --------------------------------------------------------------------------------------
+    def prepare_training(self, model, optimizer, strategy, settings):
         from vramtune.child import distributed
 
         return distributed.sharded(model, optimizer, strategy)
 
-    def wrap_scaler(self, scaler, strategy):
+    def scaler(self, scaler, strategy):
         from vramtune.child import distributed
 
         return distributed.sharded_scaler(scaler, strategy)
-
-    def paddlenlp(self, tuned):
-        stage = tuned.get("sharding_stage", 0)
-        if not stage:
-            return {}, []
-        return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned["devices"]}, []
 
 
 MECHANISM = Sharding()

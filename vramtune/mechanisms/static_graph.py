@@ -1,6 +1,8 @@
 """to_static: the model's forward compiled to a static graph (`paddle.jit.to_static(full_graph=True)`), which may
-reuse memory more aggressively than eager mode. Measured, never assumed: the ladder tries it where memory is
-tight and keeps it only when it measured better. A model that cannot be converted says why, once."""
+reuse memory more aggressively than eager mode. Measured, never assumed: the ladder tries it at the best
+configuration and keeps it only when it measured better. A model that cannot be converted says why, once.
+Not tried for PaddleNLP models: their Trainer converts with its own to_static path, so what would be measured is
+not what the Trainer would run."""
 from __future__ import annotations
 
 from vramtune.mechanisms.base import Field, Mechanism
@@ -15,12 +17,11 @@ class StaticGraph(Mechanism):
     fields = (Field("to_static", bool, False, "--to-static", "-t", "compile the forward with paddle.jit.to_static",
                     _flag),)
 
-    search_keys = ("to_static",)
+    def read(self, spec) -> bool:
+        wanted = spec.search.get("to_static", str, "auto", choices=("auto", "off")) != "off"
+        return wanted and spec.model.data.get("source") != "paddlenlp"
 
-    def read_search(self, section) -> bool:
-        return section.get("to_static", str, "auto", choices=("auto", "off")) != "off"
-
-    def label(self, strategy, total_blocks: int | None = None) -> str:
+    def label(self, strategy, facts) -> str:
         return "static" if strategy.to_static else ""
 
     def weight(self, strategy) -> int:
@@ -29,17 +30,32 @@ class StaticGraph(Mechanism):
     def memory_group(self, strategy) -> str:
         return "static" if strategy.to_static else ""
 
-    def prepare_training(self, model, optimizer, strategy):
+    def to_arguments(self, tuned):
+        return ({"to_static": True}, []) if tuned.strategy.to_static else ({}, [])
+
+    def refine(self, best, search) -> None:
+        """to_static at the best configuration: a static graph may reuse memory more (and often runs faster).
+        Where the best needed recompute, its measured memory saving may let the same micro-batch run without it."""
+        if not search.settings(self.name) or best.strategy.to_static:
+            return
+        static = search.probe("static", best.strategy.with_(to_static=True))
+        if static.status == "unsupported":
+            search.note(f"to_static skipped: {static.error}")
+            return
+        plain = search.results.get(search.without_axes(best.strategy))
+        if static.used_bytes and plain is not None and plain.used_bytes and best.strategy != plain.strategy and \
+                plain.used_bytes - (best.used_bytes - static.used_bytes) <= search.limit:
+            search.probe("static", plain.strategy.with_(to_static=True))
+
+    def failed_first_step(self, strategy, error: str) -> str | None:
+        return f"to_static: the model cannot be converted: {error}" if strategy.to_static else None
+
+    def prepare_training(self, model, optimizer, strategy, settings):
         if not strategy.to_static:
             return model, optimizer
         import paddle
 
         return paddle.jit.to_static(model, full_graph=True), optimizer
-
-    def paddlenlp(self, tuned):
-        if tuned.get("to_static"):
-            return {"to_static": True}, []
-        return {}, []
 
 
 MECHANISM = StaticGraph()

@@ -1,4 +1,4 @@
-"""The memory model: peak(s) = a + b*m + sum_j c_j * x_j(s), one per memory group (fp32, AMP).
+"""The memory model: peak(s) = a + b*m + sum_j c_j * x_j(s), one per memory group (fp32, AMP O1, AMP O2).
 
 m is the micro-batch; x_j is mechanism j's memory term (accumulation: [k == 1], since accumulating keeps
 the gradients alive during the next forward; recompute: -m*r, each recomputed block saving about c bytes
@@ -31,6 +31,12 @@ def _affine(points: list[tuple[int, int]], fixed: float | None) -> tuple[float, 
     fitted = least_squares(points)
     assert fitted is not None  # two sizes or more
     return fitted[0], max(fitted[1], 0.0)
+
+
+def _grouped() -> set[str]:
+    """Fields whose values take the same bytes within their memory group (fp16 and bf16): probes of either lie on
+    one line."""
+    return {f.name for m in MECHANISMS if m.shares_memory_group for f in m.fields}
 
 
 def _others(strategy: Strategy, varying: set[str]) -> tuple:
@@ -103,7 +109,7 @@ class MemoryModel:
         """At a fixed micro-batch, memory is a line in each other mechanism's term (e.g. recomputed blocks at
         m = 8): two measured points on that line predict it better than the global fit."""
         for mechanism in self.terms:
-            varying = {f.name for f in mechanism.fields} | {"precision"}  # precisions share a memory group
+            varying = {f.name for f in mechanism.fields} | _grouped()
             if "micro_batch" in varying:
                 continue
 

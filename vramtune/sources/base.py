@@ -1,13 +1,25 @@
 """What a model source declares: its settings (the spec's `model:` and `data:` keys, validated Paddle-free)
-and its builder (which imports Paddle, in the child only)."""
+and its builder (which imports Paddle, in the child only), and what a builder returns."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from vramtune.child.building import BuiltModel
     from vramtune.reading import Section
+
+
+class BuildError(Exception):
+    """The spec's model cannot be built or does not accept the spec's data: a user error, not a probe result."""
+
+
+@dataclass
+class BuiltModel:
+    model: Any  # paddle.nn.Layer
+    make_batch: Callable[[int], Any]  # micro_batch -> batch
+    loss: Callable[[Any, Any], Any]  # (model, batch) -> scalar loss tensor
+    config: Any = None  # the model's configuration object, where it has one (PaddleNLP)
 
 
 class Source:

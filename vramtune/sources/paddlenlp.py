@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.reading import positive
-from vramtune.sources.base import Source
+from vramtune.sources.base import BuildError, BuiltModel, Source
 from vramtune.text import did_you_mean
 
 TASKS = {"causal-lm": "ForCausalLM", "sequence-classification": "ForSequenceClassification",
@@ -41,7 +41,6 @@ def config_file(path: Path) -> Path:
 
 
 def _transformers():
-    from vramtune.child.building import BuildError
 
     try:
         import paddlenlp.transformers as transformers
@@ -63,7 +62,6 @@ def builtin_names(transformers: Any) -> dict[str, type]:
 
 def load_config(settings: PaddleNLPModel) -> Any:
     """The configuration, without any download: a built-in name or a local config.json."""
-    from vramtune.child.building import BuildError
 
     transformers = _transformers()
     if settings.local:
@@ -86,7 +84,6 @@ def task_class(config: Any, task: str | None) -> tuple[type, str]:
     paddlenlp.transformers.llama.modeling.LlamaForCausalLM); the task defaults to config.json's."""
     import importlib
 
-    from vramtune.child.building import BuildError
 
     prefix = type(config).__name__.removesuffix("Config")
     package = type(config).__module__.rsplit(".", 1)[0]
@@ -150,7 +147,6 @@ class PaddleNLP(Source):
     def build(self, settings: PaddleNLPModel, spec_dir: str, configure):
         import paddle
 
-        from vramtune.child.building import BuildError, BuiltModel
 
         config = load_config(settings)
         unknown = [key for key in settings.overrides if not hasattr(config, key)]
@@ -182,7 +178,7 @@ class PaddleNLP(Source):
         def loss(model, batch):
             return loss_of(model(**batch))
 
-        return BuiltModel(net, make_batch, loss)
+        return BuiltModel(net, make_batch, loss, config)
 
 
 SOURCE = PaddleNLP()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.reading import Section, positive
-from vramtune.sources.base import Source
+from vramtune.sources.base import BuildError, BuiltModel, Source
 from vramtune.text import looks_like_oom
 
 LOSSES = ("cross_entropy", "mse", "model")
@@ -130,7 +130,7 @@ class Python(Source):
         import paddle
         import paddle.nn.functional as F
 
-        from vramtune.child.building import BuildError, BuiltModel, first_output, random_tensor
+        from vramtune.child.building import first_output, random_tensor
 
         factory = _load_factory(settings.factory, spec_dir)
         try:
@@ -163,7 +163,6 @@ def _load_factory(factory_path: str, spec_dir: str):
     """Import `module:callable`, looking in the spec's folder first, then PYTHONPATH."""
     import importlib
 
-    from vramtune.child.building import BuildError
 
     module_name, _, attr = factory_path.partition(":")
     if spec_dir not in sys.path:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramtune.reading import positive
-from vramtune.sources.base import Source
+from vramtune.sources.base import BuildError, BuiltModel, Source
 
 ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2",
@@ -40,7 +40,6 @@ class Vision(Source):
         import paddle
         import paddle.nn.functional as F
 
-        from vramtune.child.building import BuildError, BuiltModel
 
         factory = getattr(paddle.vision.models, settings.arch, None)
         if factory is None:

@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 
 from vramtune.reading import Problem, SpecError, read_spec_text
+from vramtune.report import Tuned
 from vramtune.spec.arguments import read_arguments, spec_from_arguments
 from vramtune.spec.schema import Spec, spec_from_dict
 
@@ -59,11 +60,15 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
     return spec
 
 
-def require_tuned(spec: Spec) -> dict[str, Any]:
+def require_tuned(spec: Spec) -> Tuned:
     """The `tuned:` section written by `vramtune apply`, or a SpecError saying how to get one."""
     if not spec.tuned:
         raise SpecError([Problem(spec.path, "tuned", "is missing: write it with `vramtune apply SPEC.yaml`")])
     if "recompute_layers" in spec.tuned and "recomputed_blocks" not in spec.tuned:
         raise SpecError([Problem(spec.path, "tuned", "was written by vramtune 0.1 (recompute_layers); "
                                                      "rerun `vramtune apply` to rewrite it")])
-    return spec.tuned
+    try:
+        return Tuned.from_json(spec.tuned)
+    except (KeyError, TypeError, ValueError) as error:
+        raise SpecError([Problem(spec.path, "tuned", f"is incomplete or damaged ({error}); rerun vramtune apply")]) \
+            from None

@@ -1,5 +1,5 @@
 """The spec's top level: the records a validated spec becomes, and the reader that builds them. The model
-source reads `model:`/`data:`, each mechanism reads its keys under `search:`."""
+source reads `model:`/`data:`, each mechanism reads its own keys (mostly under `search:`)."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.mechanisms import MECHANISMS
-from vramtune.reading import Problem, Section, SpecError, describe, positive
+from vramtune.reading import Problem, Section, Sections, SpecError, describe, positive
 from vramtune.sources import SOURCES
 from vramtune.units import SizeError, parse_size
 
@@ -36,11 +36,10 @@ class Spec:
     source: str
     model: Any  # the source's settings (its model: and data: keys)
     train: TrainSettings
-    block_path: str | None = None  # model.block_path: the container(s) of repeated blocks; None = detect
     device: str = "auto"
     budget: int | None = None  # None = auto (the device's total memory)
     headroom: float = 0.05
-    search: dict[str, Any] = field(default_factory=dict)  # mechanism name -> its search settings
+    settings: dict[str, Any] = field(default_factory=dict)  # mechanism name -> its settings
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     tuned: dict[str, Any] | None = None  # written by `vramtune apply`
     arguments: dict[str, Any] | None = None  # the PaddleNLP arguments file this spec was read from, if any
@@ -53,11 +52,11 @@ class Spec:
 
     @property
     def devices(self) -> int:
-        return self.search["data_parallel"]
+        return self.settings["data_parallel"]
 
     def micro_batches(self) -> list[int]:
         """The micro-batch candidates that reach the target batch (over every rank), largest first."""
-        return self.search["accumulation"].candidates(self.train.target_batch // self.devices)
+        return self.settings["accumulation"].candidates(self.train.target_batch // self.devices)
 
 
 def _read_budget(root: Section) -> int | None:
@@ -72,16 +71,13 @@ def _read_budget(root: Section) -> int | None:
         return None
 
 
-def _read_model(root: Section) -> tuple[str | None, Any, str | None]:
-    """(source name, the source's settings, block path); the source reads both model: and data:."""
-    model = root.sub("model", required=True)
-    data = root.sub("data", required=True)
+def _read_model(root: Section, model: Section | None, data: Section | None) -> tuple[str | None, Any]:
+    """(source name, the source's settings); the source reads both model: and data:."""
     if model is None:
         if data is not None:
             data.skip_rest()
-        return None, None, None
+        return None, None
     name = model.get("source", str, choices=tuple(SOURCES))
-    block_path = model.get("block_path", str, None)
     settings = None
     if name:
         settings = SOURCES[name].read(model, data or Section([], "", "", {}))
@@ -89,10 +85,7 @@ def _read_model(root: Section) -> tuple[str | None, Any, str | None]:
         model.skip_rest()
         if data is not None:
             data.skip_rest()
-    model.finish()
-    if data is not None:
-        data.finish()
-    return name, settings, block_path
+    return name, settings
 
 
 def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
@@ -102,7 +95,8 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
         raise SpecError([Problem(file, "", f"must be a mapping, got {describe(raw)}")])
     root = Section(problems, file, "", raw)
     name = root.get("name", str, Path(file).stem)
-    source, settings, block_path = _read_model(root)
+    model, data = root.sub("model", required=True), root.sub("data", required=True)
+    source, settings = _read_model(root, model, data)
 
     section = root.sub("train", required=True)
     train = TrainSettings(target_batch=0)
@@ -112,20 +106,17 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
             optimizer=section.get("optimizer", str, "adamw", choices=OPTIMIZERS),
             learning_rate=section.get("learning_rate", float, 5.0e-5, check=positive()),
         )
-        section.finish()
 
     device = root.get("device", str, "auto", check=lambda v: None if DEVICE_PATTERN.match(v) else
                       f"must be auto, cpu, gpu or gpu:N, got {v!r}")
     budget = _read_budget(root)
     headroom = root.get("headroom", float, 0.05,
                         check=lambda v: None if 0 <= v < 0.9 else f"must be in [0, 0.9), got {v}")
-    section = root.sub("search")
-    search = {mechanism.name: mechanism.read_search(section) for mechanism in MECHANISMS}
-    section.finish()
-    for mechanism in MECHANISMS:
-        fixed = mechanism.read_top(root)
-        if fixed is not None:
-            search[mechanism.name] = fixed
+    sections = Sections(root, model or _unread(), section or _unread(), root.sub("search"))
+    mechanisms = {mechanism.name: mechanism.read(sections) for mechanism in MECHANISMS}
+    for part in (model, data, section, sections.search):
+        if part is not None:
+            part.finish()
 
     section = root.sub("probe")
     probe = ProbeSettings(
@@ -137,7 +128,7 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
     tuned = root.get("tuned", dict, None)
     root.finish()
 
-    accumulation, devices = search["accumulation"], search["data_parallel"]
+    accumulation, devices = mechanisms["accumulation"], mechanisms["data_parallel"]
     if train.target_batch and devices and train.target_batch % devices:
         problems.append(Problem(file, "train.target_batch", f"{train.target_batch} cannot be shared by {devices} "
                                                             "devices: it must be a multiple of them"))
@@ -148,5 +139,16 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
             f"with accumulation <= {accumulation.max_accumulation}")))
     if problems:
         raise SpecError(problems)
-    return Spec(name=name, source=source, model=settings, train=train, block_path=block_path, device=device,
-                budget=budget, headroom=headroom, search=search, probe=probe, tuned=tuned, path=file, raw=raw)
+    return Spec(name=name, source=source, model=settings, train=train, device=device, budget=budget,
+                headroom=headroom, settings=mechanisms, probe=probe, tuned=tuned, path=file, raw=raw)
+
+
+def _unread() -> Section:
+    """A stand-in for a section already reported missing: its keys cannot be judged."""
+    return Section([], "", "", {})
+
+
+def default_settings() -> dict[str, Any]:
+    """Every mechanism's settings as an empty spec gives them (its defaults)."""
+    empty = Sections(_unread(), _unread(), _unread(), _unread())
+    return {mechanism.name: mechanism.read(empty) for mechanism in MECHANISMS}

@@ -1,0 +1,1 @@
+"""One module per CLI command; each `register(app, backend)` adds its command to the typer app."""

@@ -1,0 +1,134 @@
+"""What the commands share: exit codes, options, the mechanisms' flags, spec overrides and clean exits."""
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import click
+import typer
+
+from vramtune import __version__, render, session
+from vramtune.mechanisms import MECHANISMS, strategy_fields
+from vramtune.spec import Spec, SpecError, load_spec
+
+EXIT_OK, EXIT_NO_FIT, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _complete_device(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    return [value for value in ("auto", "cpu", "gpu", "gpu:0", "gpu:1") if value.startswith(incomplete)]
+
+
+SpecArg = typer.Argument(..., help="a spec (YAML) or a PaddleNLP arguments file (JSON)", show_default=False)
+JsonOpt = typer.Option(False, "--json", help="machine-readable result on stdout (human output on stderr)")
+BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 15.5GiB (overrides the spec)")
+DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
+                         help="device (overrides the spec)")
+TargetOpt = typer.Option(None, "--target-batch", help="effective batch size (overrides the spec)")
+
+
+def _option_type(kind: type, choices: tuple[str, ...] | None = None) -> Any:
+    if choices:
+        return enum.Enum(f"{kind.__name__}Choice", {c: c for c in choices}, type=str)
+    return kind
+
+
+def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def plain(value: Any) -> Any:
+    """Enum choices back to their strings (also inside lists)."""
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def mechanism_flags(kind: str) -> Callable[[Callable], Callable]:
+    """Add the registered mechanisms' flags to a command: strategy fields (measure) or search options (probe).
+    The command receives them in `**flags`."""
+    if kind == "fields":
+        params = [_parameter(f.name, Optional[_option_type(f.type, f.choices)],
+                             typer.Option(None, f.flag, f.short, help=f.help)) for f in strategy_fields()]
+    else:
+        params = [_parameter(o.param, Optional[List[_option_type(o.type, o.choices)]] if o.multiple else
+                             (o.type if o.type is bool else Optional[o.type]),
+                             typer.Option(o.default, o.flag, help=o.help)) for m in MECHANISMS for o in m.options]
+
+    def decorate(command: Callable) -> Callable:
+        signature = inspect.signature(command)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        command.__signature__ = signature.replace(parameters=own + params)
+        return command
+    return decorate
+
+
+def search_overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for mechanism in MECHANISMS:
+        for option in mechanism.options:
+            overrides.update(option.overrides(plain(flags.get(option.param))))
+    return overrides
+
+
+def overrides(budget: str | None, device: str | None, target_batch: int | None = None) -> dict[str, Any]:
+    """Command-line overrides as dotted spec keys; a budget of digits only is bytes, as in the spec."""
+    return {"budget": int(budget) if budget is not None and budget.isdigit() else budget, "device": device,
+            "train.target_batch": target_batch}
+
+
+def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
+                     flags: dict[str, Any]) -> Spec:
+    """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags."""
+    return load_spec(spec_path, {**overrides(budget, device, target_batch), **search_overrides(flags)})
+
+
+def _save_traceback() -> str:
+    handle, path = tempfile.mkstemp(prefix=f"vramtune-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        stream.write(f"vramtune {__version__}\n{traceback.format_exc()}")
+    return path
+
+
+def exits_cleanly(command: Callable) -> Callable:
+    """Errors users cause: one readable message each, exit 2. Interrupts: 130. Our own bugs: one line naming
+    the file that holds the traceback, exit 3."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Exit):
+            raise
+        except SpecError as error:
+            for problem in error.problems:
+                render.error(str(problem))
+        except session.USER_ERRORS as error:
+            render.error(str(error))
+        except KeyboardInterrupt:
+            render.error("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as error:
+            render.error(f"internal error: {type(error).__name__}: {error} (traceback in {_save_traceback()}; "
+                         "please report it)")
+            raise typer.Exit(EXIT_INTERNAL) from None
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+    return wrapper
+
+
+def tune_and_show(spec_session: session.Session, fresh: bool = False) -> session.Report:
+    """Tune with live progress, then render the report."""
+    progress = render.ProbeProgress()
+    try:
+        result = session.tune(spec_session, progress, on_wait=render.say, fresh=fresh)
+    finally:
+        progress.close()
+    render.render_tuning(result)
+    return result

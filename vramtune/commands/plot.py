@@ -1,0 +1,34 @@
+"""`vramtune plot SPEC`: the saved probes as a PNG (peak against micro-batch, the limit, the choice)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vramtune import chart, export, render, session
+from vramtune.commands import common
+from vramtune.runner import Backend
+from vramtune.spec import load_spec
+
+
+def register(app: typer.Typer, backend: Backend) -> None:
+    @app.command()
+    @common.exits_cleanly
+    def plot(spec_path: Path = common.SpecArg,
+             output: Path = typer.Option(Path("memory.png"), "--output", "-o", help="the PNG to write"),
+             budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
+             target_batch: Optional[int] = common.TargetOpt) -> None:
+        """Draw the saved probes: peak memory against micro-batch, the budget line, the choice (a PNG)."""
+        if importlib.util.find_spec("matplotlib") is None:
+            raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
+        spec = load_spec(spec_path, common.overrides(budget, device, target_batch))
+        result = session.open_session(spec, backend, warn=render.warn).store.load_summary()
+        if result is None:
+            raise export.ExportError(f"no saved results for {spec.name}: run `vramtune probe {spec_path}` first")
+        try:
+            chart.plot_png(result, output)
+        except OSError as error:
+            raise export.ExportError(f"cannot write {output}: {error.strerror or error}") from error
+        render.say(f"wrote {output}")

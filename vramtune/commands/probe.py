@@ -1,0 +1,36 @@
+"""`vramtune probe SPEC`: tune, and print the fastest configuration that fits."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from vramtune import render, session
+from vramtune.commands import common
+from vramtune.runner import Backend
+
+
+def register(app: typer.Typer, backend: Backend) -> None:
+    @app.command()
+    @common.exits_cleanly
+    @common.mechanism_flags("options")
+    def probe(spec_path: Path = common.SpecArg, json_output: bool = common.JsonOpt,
+              budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
+              target_batch: Optional[int] = common.TargetOpt,
+              fresh: bool = typer.Option(False, "--fresh", help="ignore saved results and probe again"),
+              **flags: Any) -> None:
+        """Tune: run the probe ladder and print the fastest configuration that fits."""
+        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags)
+        spec_session = session.open_session(spec, backend, warn=render.warn)
+        render.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
+                   f"{spec.train.target_batch} within {render.format_bytes(spec_session.budget.bytes)}")
+        result = common.tune_and_show(spec_session, fresh)
+        if json_output:
+            render.emit_json(result.to_json())
+        elif not result.interrupted and not (sys.stdout.isatty() and render.console.is_terminal):
+            print(render.choice_line(result), flush=True)  # for pipes (`| tee`); a terminal has it from stderr
+        if result.interrupted:
+            raise typer.Exit(common.EXIT_INTERRUPTED)
+        raise typer.Exit(common.EXIT_OK if result.chosen else common.EXIT_NO_FIT)
