@@ -115,6 +115,7 @@ class ProbeResult:
     gradient_bytes: int | None = None
     optimizer_bytes: int | None = None
     facts: dict[str, Facts] = field(default_factory=dict)  # mechanism name -> what it learned about the model
+    phases: dict[str, float] | None = None  # wall seconds of the probe's phases in the child (import, build, ...)
     seconds: float = 0.0
     rung: str | None = None
     reused: bool = False

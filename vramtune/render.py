@@ -63,10 +63,11 @@ class ProbeProgress:
     """One line per probe as it finishes, with the rung, the strategy and the elapsed time; on an interactive
     console also a live spinner for the running probe."""
 
-    def __init__(self) -> None:
+    def __init__(self, verbose: bool = False) -> None:
         self.start = time.monotonic()
         self.count = 0
         self.live: Progress | None = None
+        self.verbose = verbose
 
     def __call__(self, rung: str, strategy: Strategy, result: ProbeResult | None) -> None:
         elapsed = time.monotonic() - self.start
@@ -85,6 +86,8 @@ class ProbeProgress:
         detail = format_bytes(used) if used else escape((result.error or "")[:90])
         console.print(f"  [{self.count:>2}] {rung:<12} {strategy.label():<28} {_status(result.status):<22} "
                       f"{detail:<12} {_throughput(result.samples_per_sec):>9}  {elapsed:5.1f}s{reused}")
+        if self.verbose and not result.reused and result.phases is not None:
+            say(f"       {phase_line(result)}")
 
     def close(self) -> None:
         """Stop the live line and show the cursor again; safe to call twice, and after a Ctrl-C that interrupted
@@ -94,6 +97,13 @@ class ProbeProgress:
             with contextlib.suppress(IndexError):
                 live.stop()
             console.show_cursor(True)
+
+
+def phase_line(result: ProbeResult) -> str:
+    """Where a probe's wall time went: the child's phases, and the rest (starting the process, its exit)."""
+    phases = result.phases or {}
+    rest = result.seconds - sum(phases.values())
+    return "  ".join([*(f"{name} {seconds:.2f}s" for name, seconds in phases.items()), f"rest {rest:.2f}s"])
 
 
 def probe_table(probes: list[ProbeResult], limit: float) -> Table:
@@ -165,7 +175,7 @@ def render_tuning(report: Report) -> None:
     say(f"{len(report.probes)} probes in {report.seconds:.1f}s on {report.device_name}")
 
 
-def render_measure(result: ProbeResult) -> None:
+def render_measure(result: ProbeResult, verbose: bool = False) -> None:
     used = result.used_bytes
     console.print(f"{escape(result.strategy.label())}: {_status(result.status)}")
     if used:
@@ -181,6 +191,8 @@ def render_measure(result: ProbeResult) -> None:
         say(f"  {result.error}")
     if result.device:
         say(f"  on {result.device['name']}, paddle {result.paddle_version}")
+    if verbose and result.phases is not None:
+        say(f"  {phase_line(result)}")
 
 
 def render_check(verdict: dict[str, Any]) -> None:

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from vramtune.forking import ForkServer, ForkServerError
 from vramtune.mechanisms import MECHANISMS
 from vramtune.mechanisms.base import Launch
 from vramtune.ranks import marked, merge, rank_logs, read_rank_results
 from vramtune.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
+from vramtune.sources import SOURCES
 from vramtune.strategy import Strategy
 from vramtune.text import error_line, looks_like_oom
 
@@ -127,10 +129,38 @@ class ChildProcess:
 
     def sweep(self) -> None:
         """SIGKILL whatever still carries this run's marker (only processes it started do)."""
-        self._signal_group(signal.SIGKILL)
-        for pid in marked(self.marker):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        end_processes(self.process.pid if self.process is not None else None, self.marker)
+
+
+def end_processes(group: int | None, marker: str) -> None:
+    """SIGKILL a probe's process group and whatever carries its marker (only processes it started do)."""
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    for pid in marked(marker):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class ForkedProbe:
+    """One worker forked from the warm fork server (CPU probes): the same run() as a ChildProcess."""
+
+    def __init__(self, server: ForkServer, arguments: list[str], env: dict[str, str], stderr_path: str, cwd: str,
+                 modules: tuple[str, ...]):
+        self.marker = uuid.uuid4().hex
+        self.server, self.stderr_path = server, stderr_path
+        self.env = {**env, "VRAMTUNE_PROBE": self.marker}
+        self.request = {"arguments": arguments, "env": self.env, "cwd": cwd, "stderr": stderr_path,
+                        "modules": list(modules)}
+
+    def run(self, timeout: float) -> ChildOutcome:
+        start = time.monotonic()
+        try:
+            returncode, timed_out = self.server.run(self.request, self.env, timeout, _die_with_parent(signal.SIGKILL),
+                                                    lambda pid: end_processes(pid, self.marker))
+        finally:
+            end_processes(None, self.marker)  # grandchildren the model started must not outlive the probe
+        return ChildOutcome(returncode, timed_out, _tail(self.stderr_path), time.monotonic() - start)
 
 
 def _tail(path: str, lines: int = 40) -> str:
@@ -161,10 +191,11 @@ Launcher = Callable[[list[str], dict[str, str]], "Launch | None"]  # (worker arg
 
 
 def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
-               job: dict[str, Any] | None = None, launcher: Launcher | None = None) -> tuple[ChildOutcome,
-                                                                                             dict[str, Any] | None]:
-    """Run the worker once in a temporary folder (its working folder too: a launcher's logs go there);
-    returns the outcome and its JSON result (the ranks' merged into one), if any."""
+               job: dict[str, Any] | None = None, launcher: Launcher | None = None,
+               fork: tuple[ForkServer, tuple[str, ...]] | None = None) -> tuple[ChildOutcome, dict[str, Any] | None]:
+    """Run the worker once in a temporary folder (its working folder too: a launcher's logs go there), forked from
+    the warm server when `fork` (the server, and the modules the probe imports) is given; returns the outcome and
+    its JSON result (the ranks' merged into one), if any."""
     with tempfile.TemporaryDirectory(prefix="vramtune-") as folder:
         out = os.path.join(folder, "result.json")
         if job is not None:
@@ -173,11 +204,16 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
             arguments = [*arguments, "--job", job_path]
         arguments = [*arguments, "--out", out]
         argv, env = child_command(arguments, extra_env)
+        stderr = os.path.join(folder, "stderr.txt")
         launch = launcher(arguments, env) if launcher else None
-        if launch:
-            argv, env = launch.argv, launch.env
-        outcome = ChildProcess(argv, env, os.path.join(folder, "stderr.txt"), cwd=folder,
-                               graceful=bool(launch)).run(timeout)
+        outcome = None
+        if fork and not launch:
+            with contextlib.suppress(ForkServerError):
+                outcome = ForkedProbe(fork[0], arguments, env, stderr, folder, fork[1]).run(timeout)
+        if outcome is None:
+            if launch:
+                argv, env = launch.argv, launch.env
+            outcome = ChildProcess(argv, env, stderr, cwd=folder, graceful=bool(launch)).run(timeout)
         if launch:
             payload = merge(read_rank_results(out, launch.ranks), rank_logs(folder, launch.ranks))
         else:
@@ -189,11 +225,21 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
 
 
 class ChildBackend:
-    """Real measurements: each probe in a fresh child process running Paddle."""
+    """Real measurements: each probe in a fresh child process running Paddle (on CPU, forked from a warm server
+    that has imported Paddle once; VRAMTUNE_FORK=0 starts every probe from scratch)."""
+
+    def __init__(self) -> None:
+        self.fork_server = ForkServer()
+
+    @property
+    def forking(self) -> bool:
+        return os.environ.get("VRAMTUNE_FORK", "1") != "0"
 
     def describe(self, device: str) -> Device:
-        """Ask a child which device 'auto'/'cpu'/'gpu:N' is, its memory and AMP support."""
-        outcome, payload = run_worker(["info", "--device", device], {}, INFO_TIMEOUT)
+        """Ask a child which device 'auto'/'cpu'/'gpu:N' is, its memory and AMP support ('cpu' is asked of the warm
+        server: it never looks for a GPU)."""
+        fork = (self.fork_server, ()) if device == "cpu" and self.forking else None
+        outcome, payload = run_worker(["info", "--device", device], {}, INFO_TIMEOUT, fork=fork)
         if payload is None or "error" in payload:
             reason = (payload or {}).get("error") or classify(outcome, None, INFO_TIMEOUT)["error"]
             if "No module named 'paddle'" in reason:
@@ -209,8 +255,9 @@ class ChildBackend:
             return next((launch for m in MECHANISMS if (launch := m.launcher(strategy, device, arguments, env))),
                         None)
 
+        fork = (self.fork_server, SOURCES[job.source].modules) if device.kind == "cpu" and self.forking else None
         outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json(),
-                                      launcher)
+                                      launcher, fork)
         return result_from(job, classify(outcome, payload, timeout), outcome.seconds)
 
 

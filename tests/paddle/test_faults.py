@@ -326,9 +326,12 @@ def test_measure_ends_its_probe_on_a_signal(write_spec, tmp_path, sig):
 
 def test_a_probe_never_outlives_a_killed_parent(write_spec, tmp_path):
     process, grandchild, worker = _hanging_measure(write_spec, tmp_path)
+    server = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the worker's parent
+    assert server != process.pid  # forked from the warm server, not started by vramtune itself
     process.kill()
     process.wait()
-    assert wait_until(lambda: process_gone(worker), 5), "the worker outlived its killed parent"
+    assert wait_until(lambda: process_gone(worker) and process_gone(server), 5), \
+        "the worker or its fork server outlived the killed parent"
     os.kill(grandchild, signal.SIGKILL)  # the model's own sleep: only a living parent can sweep it (README)
 
 

@@ -26,17 +26,21 @@ def first_output(output: Any) -> paddle.Tensor:
     return output
 
 
-def build_checked(source: Source, settings: Any, spec_dir: str, configure: Callable[[Any], None]) -> BuiltModel:
-    """Build and push one sample through, so shape errors surface as BuildError. Running out of memory while
-    building is a memory result, not bad input: it propagates as it is and the probe is classified `oom`."""
+def build_model(source: Source, settings: Any, spec_dir: str, configure: Callable[[Any], None]) -> BuiltModel:
+    """The source's model. Running out of memory while building is a memory result, not bad input: it propagates as
+    it is and the probe is classified `oom`; anything else is a BuildError."""
     try:
-        built = source.build(settings, spec_dir, configure)
+        return source.build(settings, spec_dir, configure)
     except (MemoryError, BuildError):
         raise
     except Exception as error:
         if looks_like_oom(str(error)):
             raise
         raise BuildError(f"model: building it failed: {type(error).__name__}: {error_line(str(error))}") from error
+
+
+def check_one_sample(built: BuiltModel) -> None:
+    """Push one sample through, so that shape errors surface as BuildError (out of memory propagates)."""
     try:
         with paddle.no_grad():
             built.loss(built.model, built.make_batch(1))
@@ -46,4 +50,3 @@ def build_checked(source: Source, settings: Any, spec_dir: str, configure: Calla
         detail = error_line(str(error))[:300]
         raise BuildError(f"data: does not fit the model: one sample fails in forward: "
                          f"{type(error).__name__}: {detail}") from error
-    return built

@@ -9,14 +9,16 @@ went wrong (`oom`, `crashed`, `unstable`, `unsupported`, or a build error).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
+import os
 import sys
 import time
 import zlib  # noqa: F401  before Paddle: 2.6's libpaddle exports its own zlib, which breaks Python's if loaded first
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from vramtune.files import write_atomic
 from vramtune.records import Device, ProbeJob, flat_facts
@@ -25,6 +27,20 @@ from vramtune.strategy import Strategy
 from vramtune.text import error_line, looks_like_oom
 
 MAX_EXTRA_WARMUP = 8  # warmup steps added while the optimizer state does not exist yet
+STARTED = time.monotonic()  # when this process started (a forked probe: when it was forked)
+
+
+class Phases:
+    """Wall seconds of each phase of a probe, reported with its result (`phases`)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.last = STARTED  # the first phase, import, counts from the process's start
+
+    def done(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name] = round(now - self.last, 4)
+        self.last = now
 
 
 def is_oom(error: BaseException) -> bool:
@@ -53,19 +69,26 @@ class Run:
     peak_bytes: int  # the training steps' peak
 
 
-def build(job: ProbeJob, strategy: Strategy) -> tuple[BuiltModel, Any]:
+def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel, Any]:
     """The model, built and checked with one sample, then prepared by every mechanism (BuildError: bad input)."""
-    from vramtune.child.building import build_checked
+    from vramtune.child.building import build_model, check_one_sample
     from vramtune.child.preparing import configure, prepare
     from vramtune.child.training import make_optimizer
     from vramtune.sources import SOURCES
 
     source = SOURCES[job.source]
-    built = build_checked(source, source.from_json(job.model), job.spec_dir,
-                          lambda config: configure(config, strategy, job.settings))
+    for module in source.modules:
+        importlib.import_module(module)
+    phases.done("import")
+    built = build_model(source, source.from_json(job.model), job.spec_dir,
+                        lambda config: configure(config, strategy, job.settings))
+    phases.done("build")
+    check_one_sample(built)
+    phases.done("shape_check")
     built.model.train()
     prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters),
                        strategy, job.settings)
+    phases.done("prepare")
     return built, prepared
 
 
@@ -84,6 +107,7 @@ def warm_up(job: ProbeJob, prepared: Any, loss_fn: Any, batch: Any) -> tuple[lis
 def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     """Build and prepare the model, warm up until the optimizer state exists, measure the training steps, then
     the mechanisms' own phases (evaluation)."""
+    phases = Phases()
     import paddle
 
     from vramtune.child import distributed
@@ -96,9 +120,10 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{device.index + distributed.rank()}")
     paddle.seed(job.seed)  # every rank builds the same weights
     try:
-        built, prepared = build(job, strategy)
+        built, prepared = build(job, strategy, phases)
     except BuildError as error:
-        return {"status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build"}
+        return {"status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build",
+                "phases": phases.seconds}
     paddle.seed(job.seed + distributed.rank())  # and each its own data
     batch = built.make_batch(strategy.micro_batch)
 
@@ -106,19 +131,22 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
         return built.loss(prepared.network, data)
 
     counters = MemoryCounters(device.kind, device.index)
-    facts = flat_facts(prepared.facts)
+    facts = {**flat_facts(prepared.facts), "phases": phases.seconds}
     losses: list[float] = []
     try:
         losses, state_ready = warm_up(job, prepared, loss_fn, batch)
+        phases.done("warmup")
         counters.start()
         start = time.perf_counter()
         for _ in range(job.steps):
             losses.append(prepared.runner.train_step(loss_fn, batch))
         peak, reserved = counters.peak()
         seconds = (time.perf_counter() - start) / job.steps
+        phases.done("steps")
         run = Run(job, strategy, built, prepared, counters, peak)
         for mechanism in MECHANISMS:
             facts.update(mechanism.after_measure(run, job.settings.get(mechanism.name)))
+        phases.done("after")
     except Exception as error:
         if is_oom(error):
             return {**facts, "status": "oom", "error": short_error(error)}
@@ -137,7 +165,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     return measured
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     from vramtune.child.distributed import die_with_launcher, rank, world_size
 
     die_with_launcher()
@@ -159,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:
             payload = {"status": "oom" if is_oom(error) else "crashed", "error": short_error(error)}
     write_atomic(f"{args.out}.rank{rank()}" if world_size() > 1 else args.out, json.dumps(payload))
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the result is on disk: skip the interpreter's teardown (over a second with PaddleNLP loaded)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -31,6 +31,8 @@ BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 1
 DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
                          help="device (overrides the spec)")
 TargetOpt = typer.Option(None, "--target-batch", help="effective batch size (overrides the spec)")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "
+                          "shape check, prepare, warmup, measured steps, after)")
 
 
 def _option_type(kind: type, choices: tuple[str, ...] | None = None) -> Any:
@@ -123,9 +125,9 @@ def exits_cleanly(command: Callable) -> Callable:
     return wrapper
 
 
-def tune_and_show(spec_session: session.Session, fresh: bool = False) -> session.Report:
+def tune_and_show(spec_session: session.Session, fresh: bool = False, verbose: bool = False) -> session.Report:
     """Tune with live progress, then render the report."""
-    progress = render.ProbeProgress()
+    progress = render.ProbeProgress(verbose)
     try:
         result = session.tune(spec_session, progress, on_wait=render.say, fresh=fresh)
     finally:

@@ -18,7 +18,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
     @common.mechanism_flags("fields")
     def measure(spec_path: Path = common.SpecArg, json_output: bool = common.JsonOpt,
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
-                **flags: Any) -> None:
+                verbose: bool = common.VerboseOpt, **flags: Any) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit)."""
         spec = load_spec(spec_path, common.overrides(budget, device))
         if flags.get("micro_batch") is None:
@@ -26,7 +26,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         strategy = session.strategy_from_flags(spec, {k: common.plain(v) for k, v in flags.items()})
         spec_session = session.open_session(spec, backend, warn=render.warn)
         result = session.measure_checked(spec_session, strategy, on_wait=render.say)
-        render.render_measure(result)
+        render.render_measure(result, verbose)
         if json_output:
             render.emit_json(result.to_json())
         raise typer.Exit(common.EXIT_OK if result.status in ("fits", "unsupported") else common.EXIT_NO_FIT)

@@ -20,13 +20,13 @@ def register(app: typer.Typer, backend: Backend) -> None:
               budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
               target_batch: Optional[int] = common.TargetOpt,
               fresh: bool = typer.Option(False, "--fresh", help="ignore saved results and probe again"),
-              **flags: Any) -> None:
+              verbose: bool = common.VerboseOpt, **flags: Any) -> None:
         """Tune: run the probe ladder and print the fastest configuration that fits."""
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags)
         spec_session = session.open_session(spec, backend, warn=render.warn)
         render.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
                    f"{spec.train.target_batch} within {render.format_bytes(spec_session.budget.bytes)}")
-        result = common.tune_and_show(spec_session, fresh)
+        result = common.tune_and_show(spec_session, fresh, verbose)
         if json_output:
             render.emit_json(result.to_json())
         elif not result.interrupted and not (sys.stdout.isatty() and render.console.is_terminal):

@@ -25,6 +25,7 @@ class BuiltModel:
 class Source:
     name: str = ""
     settings: type  # a dataclass holding the source's model and data keys
+    modules: tuple[str, ...] = ()  # what its builder imports (a warm worker imports them once, before forking)
 
     def read(self, model: Section, data: Section) -> Any:
         """The settings from the spec's sections; problems are recorded on the sections."""

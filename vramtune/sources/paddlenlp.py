@@ -110,6 +110,7 @@ def loss_of(output: Any) -> Any:
 class PaddleNLP(Source):
     name = "paddlenlp"
     settings = PaddleNLPModel
+    modules = ("paddlenlp.transformers",)
 
     def read(self, model, data):
         config = model.get("config", str)

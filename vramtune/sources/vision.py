@@ -26,6 +26,7 @@ class VisionModel:
 class Vision(Source):
     name = "vision"
     settings = VisionModel
+    modules = ("paddle.vision",)
 
     def read(self, model, data):
         arch = model.get("arch", str, choices=ARCHS)

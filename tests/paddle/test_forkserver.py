@@ -1,0 +1,80 @@
+"""The warm worker (child/forkserver.py): CPU probes forked from a server that imported Paddle once measure what a
+fresh process measures, to the byte, and keep every guarantee of one process per probe."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import CONFIGS, needs_paddlenlp
+
+from vramtune.records import Budget
+from vramtune.runner import ChildBackend
+from vramtune.session import job_for
+from vramtune.spec import load_spec
+from vramtune.strategy import Strategy
+
+pytestmark = pytest.mark.paddle
+
+
+def measure_both_ways(spec_path: Path, strategy: Strategy, monkeypatch) -> tuple:
+    spec = load_spec(spec_path)
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec.budget, spec.headroom)
+    job = job_for(spec, strategy, device, budget)
+    monkeypatch.setenv("VRAMTUNE_FORK", "0")
+    fresh = backend.measure(job, 120, budget)
+    monkeypatch.setenv("VRAMTUNE_FORK", "1")
+    forked = [backend.measure(job, 120, budget) for _ in range(2)]
+    backend.fork_server.close()
+    return fresh, forked
+
+
+@pytest.mark.parametrize("config, strategy", [
+    ("mlp-python-cpu.yaml", Strategy(micro_batch=256, accumulation=8)),
+    pytest.param("bert-mini-cpu.yaml", Strategy(micro_batch=8, accumulation=4, recomputed_blocks=4),
+                 marks=needs_paddlenlp),
+])
+def test_a_forked_probe_measures_the_peak_of_a_fresh_process_to_the_byte(config, strategy, monkeypatch):
+    fresh, forked = measure_both_ways(CONFIGS / config, strategy, monkeypatch)
+    assert fresh.status == "measured" and fresh.phases["import"] > 0.3, fresh  # a fresh process imports Paddle
+    for result in forked:
+        assert result.status == "measured", result
+        assert (result.peak_bytes, result.weight_bytes, result.optimizer_bytes) == \
+            (fresh.peak_bytes, fresh.weight_bytes, fresh.optimizer_bytes)
+        assert result.phases["import"] < 0.3 * fresh.phases["import"], (result.phases, fresh.phases)
+
+
+def test_each_forked_probe_is_a_process_of_its_own_in_a_session_of_its_own(tmp_path, monkeypatch):
+    """The worker reports its pid and session through a factory that writes them down: two probes, two processes,
+    neither the server, each leading its own session."""
+    (tmp_path / "who.py").write_text(
+        "import os, paddle\n"
+        "def build():\n"
+        f"    open({str(tmp_path / 'pids')!r}, 'a').write(f'{{os.getpid()}} {{os.getsid(0)}} {{os.getppid()}}\\n')\n"
+        "    return paddle.nn.Linear(4, 2)\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: {source: python, factory: 'who:build'}\n"
+                    "data: {inputs: [{shape: [4]}], labels: {shape: [], dtype: int64, high: 2}}\n"
+                    "train: {target_batch: 4}\ndevice: cpu\nbudget: 64MiB\nprobe: {steps: 1, warmup: 1}\n")
+    spec_obj = load_spec(spec)
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec_obj.budget, 0.05)
+    for micro in (4, 2):
+        job = job_for(spec_obj, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
+        assert backend.measure(job, 60, budget).status == "measured"
+    server = backend.fork_server.process.pid
+    backend.fork_server.close()
+    rows = [tuple(map(int, line.split())) for line in (tmp_path / "pids").read_text().splitlines()]
+    assert len({pid for pid, _, _ in rows}) == 2 and all(sid == pid for pid, sid, _ in rows)
+    assert all(parent == server != pid for pid, _, parent in rows) and os.getpid() not in {r[0] for r in rows}
+
+
+def test_measure_verbose_says_where_the_probe_time_went(cli):
+    code, _, err = cli("measure", CONFIGS / "mlp-python-cpu.yaml", "--micro-batch", 256, "--verbose")
+    assert code == 0, err
+    line = err.splitlines()[-1].split()
+    assert line[0::2] == ["import", "build", "shape_check", "prepare", "warmup", "steps", "after", "rest"], err
+    assert all(value.endswith("s") and float(value[:-1]) >= 0 for value in line[1::2])

@@ -1,0 +1,86 @@
+"""A warm worker for CPU probes: it imports Paddle (and what a model source needs) once, then forks one fresh
+process per probe, which runs the worker as `python -m vramtune.child.worker` would.
+
+    python -m vramtune.child.forkserver        (started by runner.ForkServer; JSON lines on stdin and stdout)
+
+What a fresh process guarantees still holds. Each probe is a process of its own, in a session of its own: a crash,
+an OOM or a hang ends only that probe, and its process group is what a timeout ends. The server runs no Paddle code,
+it only imports, so a forked probe starts with the allocator counters of a process that allocated nothing (the
+worker imports the same modules itself; the peaks are the same to the byte). Nothing is forked where CUDA could have
+been initialised: the parent uses the server for CPU probes only. The server dies with vramtune, and each probe
+with the server (PR_SET_PDEATHSIG).
+
+Requests: {"arguments": [...], "env": {...}, "cwd": FOLDER, "stderr": PATH, "modules": [...]}. For each, the
+server answers {"pid": N} once the probe runs and {"pid": N, "returncode": R} when it ended (-S: killed by signal S).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+import zlib  # noqa: F401  before Paddle: 2.6's libpaddle exports its own zlib, which breaks Python's if loaded first
+from typing import Any
+
+
+def _answer(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def _probe(request: dict[str, Any], forked_at: float) -> None:
+    """In the forked child: become the worker process the request describes, run it, exit without teardown."""
+    os.setsid()  # the worker then dies with the server (PR_SET_PDEATHSIG, as with a launcher)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    code = 1
+    try:
+        output = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])  # grandchildren inherit the probe's marker
+        paths = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.path[:0] = paths  # as a fresh interpreter would have them
+        from vramtune.child import worker
+
+        worker.STARTED = forked_at
+        worker.main(request["arguments"])  # exits itself once its result is written
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    import paddle  # noqa: F401  the cost every probe would pay again
+
+    from vramtune.child import worker  # noqa: F401
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        for module in request.get("modules", []):
+            importlib.import_module(module)
+        forked_at = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _probe(request, forked_at)
+        _answer({"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        _answer({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+
+
+if __name__ == "__main__":
+    serve()
