@@ -23,7 +23,7 @@ import signal
 from dataclasses import dataclass, field
 
 from vramtune.mechanisms.accumulation import AccumulationSearch
-from vramtune.mechanisms.precision import AMP_PRECISIONS, dtype_of, level_of
+from vramtune.mechanisms.precision import AMP_PRECISIONS, PrecisionSettings, dtype_of, level_of
 from vramtune.mechanisms.recompute import RecomputeSettings
 from vramtune.mechanisms.sharding import MECHANISM as SHARDING
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
@@ -187,7 +187,8 @@ def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None 
                  headroom: float = 0.05) -> SearchProblem:
     """A search problem as the session makes it from a spec, from the few settings a test varies (no AMP unless
     asked; sharding stages 2 and 3 need a GPU-kind device)."""
-    settings = {**default_settings(), "precision": list(amp_precisions), "recompute": RecomputeSettings(recompute),
+    settings = {**default_settings(), "precision": PrecisionSettings(list(amp_precisions)),
+                "recompute": RecomputeSettings(recompute),
                 "accumulation": AccumulationSearch(max_accumulation, None, min_micro_batch), "data_parallel": devices,
                 "sharding": len(sharding_stages) > 1, "to_static": to_static}
     sizes = micro_batches or AccumulationSearch(max_accumulation).candidates(target // devices)

@@ -73,6 +73,7 @@ class ProbeJob:
     steps: int
     warmup: int
     settings: dict[str, Any] = field(default_factory=dict)  # mechanism name -> what its child hooks need
+    max_grad_norm: float | None = None  # the optimizer clips gradients by their global norm (as the Trainer does)
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def job_for(spec: Spec, strategy: Strategy, device: Device, budget: Budget) -> P
                     spec_dir=str(Path(spec.path).resolve().parent),
                     optimizer=spec.train.optimizer, learning_rate=spec.train.learning_rate,
                     strategy=strategy.to_json(), device=device.to_json(), steps=spec.probe.steps,
-                    warmup=spec.probe.warmup, settings=settings)
+                    warmup=spec.probe.warmup, settings=settings, max_grad_norm=spec.train.max_grad_norm)
 
 
 def unsupported(strategy: Strategy, device: Device) -> str | None:
@@ -129,7 +129,8 @@ def report(session: Session, outcome: Outcome, seconds: float, reused: int, inte
     return Report(spec=session.spec.name, spec_path=session.spec.path, device_name=device.name,
                   device_kind=device.kind, device_bytes=device.total_bytes, paddle_version=device.paddle_version,
                   budget=session.budget, target_batch=session.spec.train.target_batch, chosen=outcome.chosen,
-                  probes=outcome.probes, notes=outcome.notes, closest=outcome.closest,
+                  probes=outcome.probes, notes=SOURCES[session.spec.source].notes(session.spec.model, device.kind)
+                  + outcome.notes, closest=outcome.closest,
                   suggestions=outcome.suggestions, reused=reused, interrupted=interrupted, seconds=seconds)
 
 

@@ -109,3 +109,19 @@ def test_a_relative_spec_path_finds_the_model_module_next_to_the_spec(cli, tmp_p
     code, out, err = cli("measure", "configs/mlp.yaml", "--micro-batch", 64, "--json")
     assert code == 0, err
     assert json.loads(out)["status"] == "fits"
+
+
+@needs_paddlenlp
+def test_zero_padding_batches_carry_their_attention_masks(cli, tmp_path, monkeypatch):
+    """The llm scripts' zero padding (intokens) feeds each row its [seq, seq] causal mask: measured, not ignored."""
+    import shutil
+
+    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
+    monkeypatch.chdir(tmp_path)
+    peaks = []
+    for zero_padding in (False, True):
+        path = tmp_path / f"args-{zero_padding}.json"
+        path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "per_device_train_batch_size": 8,
+                                    "max_length": 256, "device": "cpu", "zero_padding": zero_padding}))
+        peaks.append(measure(cli, path, "--micro-batch", 8, "--budget", "1GiB")["peak_bytes"])
+    assert peaks[1] - peaks[0] >= 8 * 256 * 256, peaks  # at least the boolean masks themselves

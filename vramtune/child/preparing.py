@@ -49,4 +49,4 @@ def prepare(model: paddle.nn.Layer, optimizer: OptimizerOrFactory, strategy: Any
     network = model
     for mechanism in MECHANISMS:
         network, optimizer = mechanism.prepare_training(network, optimizer, strategy, settings.get(mechanism.name))
-    return Prepared(model, network, optimizer, StepRunner(network, optimizer, strategy), facts)
+    return Prepared(model, network, optimizer, StepRunner(network, optimizer, strategy, settings), facts)

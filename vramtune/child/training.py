@@ -20,11 +20,14 @@ STATELESS = ("sgd",)  # optimizers that keep no per-parameter state
 class StepRunner:
     """Trains one micro-batch at a time under a strategy; steps the optimizer every `accumulation` calls."""
 
-    def __init__(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, strategy: Any):
+    def __init__(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, strategy: Any,
+                 settings: dict[str, Any] | None = None):
+        """settings: each mechanism's child settings (its auto_cast lists, say), by mechanism name."""
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.settings = settings or {}
         self.scaler = None
         for mechanism in MECHANISMS:
-            self.scaler = mechanism.scaler(self.scaler, strategy)
+            self.scaler = mechanism.scaler(self.scaler, strategy, self.settings.get(mechanism.name))
         self.pending = 0  # micro-batches since the last optimizer step
 
     @contextlib.contextmanager
@@ -32,7 +35,7 @@ class StepRunner:
         """Every mechanism's forward context (AMP's auto_cast), for training and evaluation forwards alike."""
         with contextlib.ExitStack() as stack:
             for mechanism in MECHANISMS:
-                stack.enter_context(mechanism.forward_context(self.strategy))
+                stack.enter_context(mechanism.forward_context(self.strategy, self.settings.get(mechanism.name)))
             yield
 
     def micro_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> tuple[paddle.Tensor, bool]:
@@ -66,8 +69,13 @@ class StepRunner:
         return total / self.strategy.accumulation
 
 
-def make_optimizer(name: str, learning_rate: float, parameters) -> paddle.optimizer.Optimizer:
-    return getattr(paddle.optimizer, OPTIMIZERS[name])(learning_rate=learning_rate, parameters=parameters)
+def make_optimizer(name: str, learning_rate: float, parameters, max_grad_norm: float | None = None
+                   ) -> paddle.optimizer.Optimizer:
+    """The optimizer, clipping gradients by their global norm where asked (Paddle 2.6's clip makes new gradient
+    tensors, 3.x scales them in place: the probe measures whichever the installed Paddle does)."""
+    clip = paddle.nn.ClipGradByGlobalNorm(max_grad_norm) if max_grad_norm else None
+    return getattr(paddle.optimizer, OPTIMIZERS[name])(learning_rate=learning_rate, parameters=parameters,
+                                                       grad_clip=clip)
 
 
 def optimizer_state_ready(name: str, optimizer: paddle.optimizer.Optimizer) -> bool:
@@ -94,7 +102,12 @@ def state_counts(model: paddle.nn.Layer, optimizer: Any) -> dict[str, int]:
     inner = inner_optimizer(optimizer)
     accumulators = getattr(inner, "_accumulators", {})
     master_weights = getattr(inner, "_master_weights", {})  # O2: fp32 copies of the half weights
+    def gradient(parameter: Any) -> int:
+        """As many bytes as the weight, or its fp32 `main_grad` (amp_master_grad under O2)."""
+        main = getattr(parameter, "main_grad", None)
+        return size(main) if main is not None else size(parameter)
+
     return {"weight_bytes": sum(size(p) for p in model.parameters()),
-            "gradient_bytes": sum(size(p) for p in model.parameters() if not p.stop_gradient),
+            "gradient_bytes": sum(gradient(p) for p in model.parameters() if not p.stop_gradient),
             "optimizer_bytes": sum(size(t) for slots in accumulators.values() for t in slots.values())
             + sum(size(t) for t in master_weights.values())}

@@ -86,8 +86,8 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
     check_one_sample(built)
     phases.done("shape_check")
     built.model.train()
-    prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters),
-                       strategy, job.settings)
+    prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters,
+                                                                      job.max_grad_norm), strategy, job.settings)
     phases.done("prepare")
     return built, prepared
 

@@ -85,10 +85,18 @@ def overrides(budget: str | None, device: str | None, target_batch: int | None =
             "train.target_batch": target_batch}
 
 
+def load(spec_path: Path, changes: dict[str, Any] | None = None) -> Spec:
+    """The spec with command-line overrides; what the user should know about the file is said once."""
+    spec = load_spec(spec_path, changes)
+    for warning in spec.warnings:
+        render.warn(warning)
+    return spec
+
+
 def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
                      flags: dict[str, Any]) -> Spec:
     """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags."""
-    return load_spec(spec_path, {**overrides(budget, device, target_batch), **search_overrides(flags)})
+    return load(spec_path, {**overrides(budget, device, target_batch), **search_overrides(flags)})
 
 
 def _save_traceback() -> str:

@@ -9,7 +9,7 @@ import typer
 from vramtune import render, session
 from vramtune.commands import common
 from vramtune.runner import Backend
-from vramtune.spec import Problem, SpecError, load_spec
+from vramtune.spec import Problem, SpecError
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
@@ -20,7 +20,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
                 verbose: bool = common.VerboseOpt, **flags: Any) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit)."""
-        spec = load_spec(spec_path, common.overrides(budget, device))
+        spec = common.load(spec_path, common.overrides(budget, device))
         if flags.get("micro_batch") is None:
             raise SpecError([Problem(str(spec_path), "--micro-batch", "is required")])
         strategy = session.strategy_from_flags(spec, {k: common.plain(v) for k, v in flags.items()})

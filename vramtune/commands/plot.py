@@ -10,7 +10,6 @@ import typer
 from vramtune import chart, export, render, session
 from vramtune.commands import common
 from vramtune.runner import Backend
-from vramtune.spec import load_spec
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
@@ -23,7 +22,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         """Draw the saved probes: peak memory against micro-batch, the budget line, the choice (a PNG)."""
         if importlib.util.find_spec("matplotlib") is None:
             raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
-        spec = load_spec(spec_path, common.overrides(budget, device, target_batch))
+        spec = common.load(spec_path, common.overrides(budget, device, target_batch))
         result = session.open_session(spec, backend, warn=render.warn).store.load_summary()
         if result is None:
             raise export.ExportError(f"no saved results for {spec.name}: run `vramtune probe {spec_path}` first")

@@ -22,11 +22,14 @@ def register(app: typer.Typer, backend: Backend) -> None:
         files = []
         for path in spec_paths:
             try:
-                load_spec(path)
-                files.append({"file": str(path), "ok": True, "problems": []})
+                spec = load_spec(path)
+                files.append({"file": str(path), "ok": True, "problems": [], "warnings": spec.warnings})
+                for warning in spec.warnings:
+                    render.warn(warning)
                 render.say(f"ok: {path}")
             except SpecError as error:
-                files.append({"file": str(path), "ok": False, "problems": [str(p) for p in error.problems]})
+                files.append({"file": str(path), "ok": False, "problems": [str(p) for p in error.problems],
+                              "warnings": []})
                 for problem in error.problems:
                     render.error(str(problem))
         if json_output:

@@ -181,11 +181,11 @@ class Mechanism:
         """Once the optimizer exists: wrap model and optimizer (AMP O2, data parallel, sharding, to_static)."""
         return model, optimizer
 
-    def forward_context(self, strategy: Strategy) -> contextlib.AbstractContextManager:
+    def forward_context(self, strategy: Strategy, settings: Any) -> contextlib.AbstractContextManager:
         """The context every forward runs in (AMP's auto_cast)."""
         return contextlib.nullcontext()
 
-    def scaler(self, scaler: Any, strategy: Strategy) -> Any:
+    def scaler(self, scaler: Any, strategy: Strategy, settings: Any) -> Any:
         """The loss scaler as this mechanism needs it: made (fp16) or wrapped (sharding agrees across ranks)."""
         return scaler
 

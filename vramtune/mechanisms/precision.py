@@ -11,6 +11,7 @@ precision searched in depth where it could win (fp16-safe retried only after fp1
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from vramtune.mechanisms.base import Field, Mechanism, Option
@@ -42,6 +43,14 @@ def level_of(precision: str) -> str:
     return "O0" if precision == "fp32" else "O2" if precision.endswith(PURE) else "O1"
 
 
+@dataclass
+class PrecisionSettings:
+    allowed: list[str] = field(default_factory=lambda: list(AMP_PRECISIONS))  # search.precisions, least memory first
+    master_grad: bool = False  # train.amp_master_grad: fp32 gradients under O2, as PaddleNLP's Trainer keeps them
+    black_list: list[str] = field(default_factory=list)  # train.amp_custom_black_list: ops kept in fp32
+    white_list: list[str] = field(default_factory=list)  # train.amp_custom_white_list: ops run in half
+
+
 def _check(value: str) -> str | None:
     return None if value in PRECISIONS else f"must be one of {', '.join(PRECISIONS)}, got {value!r}"
 
@@ -60,19 +69,42 @@ class Precision(Mechanism):
                       choices=("fp32", *AMP_PRECISIONS)),)
     shares_memory_group = True
 
-    def read(self, spec) -> list[str]:
-        """search.precisions: the AMP modes allowed, least memory first whatever the spec's order."""
+    def read(self, spec) -> PrecisionSettings:
+        """search.precisions: the AMP modes allowed, least memory first whatever the spec's order; the Trainer's
+        AMP options under train:."""
         section = spec.search
         values = section.get("precisions", list, list(AMP_PRECISIONS))
         if values is None:
-            return list(AMP_PRECISIONS)
+            values = list(AMP_PRECISIONS)
         bad = [p for p in values if p not in ("fp32", *AMP_PRECISIONS)]
         if "fp16-safe" in bad:
             section.fail("precisions", "fp16-safe is not listed: it is tried by itself when fp16 goes non-finite")
         elif bad:
             section.fail("precisions", f"unknown precision {bad[0]!r}{did_you_mean(bad[0], AMP_PRECISIONS)}; "
                                        f"allowed: {', '.join(AMP_PRECISIONS)} (fp32 is always tried)")
-        return [p for p in AMP_PRECISIONS if p in values]
+        lists = {name: spec.train.get(f"amp_custom_{name}", list, []) or [] for name in ("black_list", "white_list")}
+        return PrecisionSettings([p for p in AMP_PRECISIONS if p in values],
+                                 bool(spec.train.get("amp_master_grad", bool, False)), **lists)
+
+    def from_arguments(self, arguments) -> dict[str, Any]:
+        """fp16 / bf16 say which half type the run uses (the search keeps to it and chooses O1 or O2); with neither,
+        every AMP mode is offered. amp_master_grad and the custom op lists are measured as the Trainer applies them."""
+        fp16, bf16 = arguments.get("fp16", bool, False), arguments.get("bf16", bool, False)
+        arguments.get("fp16_opt_level", str, "O1", choices=("O1", "O2"))
+        keys: dict[str, Any] = {}
+        if fp16 or bf16:
+            keys["search.precisions"] = [p for p in AMP_PRECISIONS if dtype_of(p) == ("bf16" if bf16 else "fp16")]
+        if arguments.get("amp_master_grad", bool, False) and (fp16 or bf16):  # the Trainer ignores it without AMP
+            keys["train.amp_master_grad"] = True
+        for name in ("black_list", "white_list"):
+            ops = arguments.get(f"amp_custom_{name}", list, None)
+            if ops:
+                keys[f"train.amp_custom_{name}"] = ops
+        return keys
+
+    def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
+        return {"master_grad": settings.master_grad, "black_list": settings.black_list,
+                "white_list": settings.white_list}
 
     def label(self, strategy, facts) -> str:
         return strategy.precision
@@ -104,18 +136,18 @@ class Precision(Mechanism):
     # -- search ------------------------------------------------------------------------------------------
     def amp(self, search) -> list[str]:
         """The AMP modes the spec allows and the device runs, least memory first."""
-        return [p for p in search.settings(self.name) if not search.unsupported(search.base.with_(precision=p))]
+        return [p for p in search.settings(self.name).allowed if not search.unsupported(search.base.with_(precision=p))]
 
     def notes(self, search) -> list[str]:
         skipped: dict[str, list[str]] = {}  # why -> the precisions skipped for it
-        for precision in search.settings(self.name):
+        for precision in search.settings(self.name).allowed:
             why = search.unsupported(search.base.with_(precision=precision))
             if why:
                 skipped.setdefault(why, []).append(precision)
         return [f"{', '.join(precisions)} skipped: {why}" for why, precisions in skipped.items()]
 
     def suggest(self, search) -> list[str]:
-        if len(self.amp(search)) < len(search.settings(self.name)):
+        if len(self.amp(search)) < len(search.settings(self.name).allowed):
             return ["AMP (fp16/bf16, O1 or O2) on a GPU, which roughly halves activation memory"]
         return []
 
@@ -145,26 +177,35 @@ class Precision(Mechanism):
     def prepare_training(self, model, optimizer, strategy, settings):
         """O2: the weights cast to half (BatchNorm kept fp32, and LayerNorm/InstanceNorm under fp16) and the
         optimizer given fp32 master weights, as PaddleNLP's Trainer does for fp16_opt_level O2, before data
-        parallel or sharding wrap them (decorate refuses a wrapped model)."""
+        parallel or sharding wrap them (decorate refuses a wrapped model); with amp_master_grad, each half gradient
+        moved into an fp32 `main_grad` the optimizer steps on (the Trainer's MixPrecisionLayer / Optimizer)."""
         if level_of(strategy.precision) != "O2":
             return model, optimizer
         import paddle
 
-        return paddle.amp.decorate(models=model, optimizers=optimizer, level="O2",
-                                   dtype=AMP_DTYPES[dtype_of(strategy.precision)])
+        dtype = AMP_DTYPES[dtype_of(strategy.precision)]
+        model, optimizer = paddle.amp.decorate(models=model, optimizers=optimizer, level="O2", dtype=dtype)
+        if (settings or {}).get("master_grad"):
+            from paddle.distributed.fleet.utils import mix_precision_utils
 
-    def forward_context(self, strategy):
-        """auto_cast with the lists PaddleNLP's Trainer passes (and fp16-safe's own)."""
+            mix_precision_utils.MixPrecisionLayer(model, dtype=dtype)
+            optimizer = mix_precision_utils.MixPrecisionOptimizer(optimizer)
+        return model, optimizer
+
+    def forward_context(self, strategy, settings):
+        """auto_cast with the lists PaddleNLP's Trainer passes, the run's own, and fp16-safe's."""
         import paddle
 
         precision = strategy.precision
         level = level_of(precision)
-        black = set(TRAINER_BLACK_LIST) | (set(SAFE_BLACK_LIST) if precision == "fp16-safe" else set())
-        white = set(TRAINER_O2_WHITE_LIST) if level == "O2" else set()
+        own = settings or {}
+        safe = SAFE_BLACK_LIST if precision == "fp16-safe" else ()
+        black = {*TRAINER_BLACK_LIST, *own.get("black_list", ()), *safe}
+        white = {*own.get("white_list", ()), *(TRAINER_O2_WHITE_LIST if level == "O2" else ())}
         return paddle.amp.auto_cast(enable=level != "O0", dtype=AMP_DTYPES.get(dtype_of(precision), "float16"),
                                     level=level, custom_black_list=black, custom_white_list=white)
 
-    def scaler(self, scaler, strategy):
+    def scaler(self, scaler, strategy, settings):
         """fp16 needs a loss scaler (bf16 has fp32's range)."""
         if dtype_of(strategy.precision) != "fp16":
             return scaler

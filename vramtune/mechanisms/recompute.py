@@ -41,6 +41,13 @@ class Recompute(Mechanism):
         return RecomputeSettings(spec.search.get("recompute", str, "auto", choices=("auto", "off")) != "off",
                                  spec.model.get("block_path", str, None))
 
+    def from_arguments(self, arguments) -> dict:
+        """recompute, recompute_granularity and no_recompute_layers are what the search decides (and apply writes)."""
+        arguments.get("recompute", bool, False)
+        arguments.get("recompute_granularity", str, "full", choices=GRANULARITIES)
+        arguments.get("no_recompute_layers", list, None)
+        return {}
+
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
         return {"block_path": settings.block_path}
 
@@ -121,7 +128,7 @@ class Recompute(Mechanism):
     def configure_model(self, config, strategy, settings):
         from vramtune.child import native_recompute
 
-        if not settings["block_path"]:  # a block path given: the wrapper recomputes those blocks instead
+        if not (settings or {}).get("block_path"):  # a block path given: the wrapper recomputes those blocks instead
             native_recompute.configure(config, strategy)
 
     def prepare_model(self, model, strategy, settings):
@@ -129,7 +136,7 @@ class Recompute(Mechanism):
         from vramtune.child.blocks import apply_recompute
         from vramtune.sources.base import BuildError
 
-        block_path = settings["block_path"]
+        block_path = (settings or {}).get("block_path")
         if native_recompute.is_native(model) and not block_path:
             return model, native_recompute.enable(model, strategy)
         if strategy.recompute_granularity != "full":

@@ -48,6 +48,21 @@ class Sharding(Mechanism):
             return 0.0
         return sum(counts.get(part, 0.0) for part in PARTITIONED[stage]) * (1 - 1 / ranks)
 
+    def from_arguments(self, arguments) -> dict:
+        """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
+        the run has (at least). Offload and sharding_parallel_config options are not measured: refused."""
+        mode = arguments.get("sharding", str, "") or ""
+        degree = arguments.get("sharding_parallel_degree", int, -1)
+        legacy = arguments.get("sharding_degree", int, -1)
+        config = arguments.get("sharding_parallel_config", str, "") or ""
+        if "offload" in mode:
+            arguments.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
+        if config.strip() and mode.strip():
+            arguments.fail("sharding_parallel_config", f"{config!r} changes how sharding holds its buffers, which "
+                                                       "vramtune does not measure: leave it empty to tune")
+        ranks = max(degree or -1, legacy or -1)
+        return {"devices": ranks} if ranks > 1 else {}
+
     def to_arguments(self, tuned):
         stage = tuned.strategy.sharding_stage
         if not stage:
@@ -99,7 +114,7 @@ class Sharding(Mechanism):
 
         return distributed.sharded(model, optimizer, strategy)
 
-    def scaler(self, scaler, strategy):
+    def scaler(self, scaler, strategy, settings):
         from vramtune.child import distributed
 
         return distributed.sharded_scaler(scaler, strategy)

@@ -36,6 +36,10 @@ class Source:
         settings from a configuration at construction passes it to `configure` first (the mechanisms' hook)."""
         raise NotImplementedError
 
+    def notes(self, settings: Any, device_kind: str) -> list[str]:
+        """What the report should say about measuring this model on this kind of device."""
+        return []
+
     def identity(self, settings: Any, spec_dir: str) -> dict[str, Any]:
         """What else decides the measurements besides the spec's text (e.g. a factory module's source)."""
         return {}

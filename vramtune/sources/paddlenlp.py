@@ -26,6 +26,8 @@ class PaddleNLPModel:
     overrides: dict[str, Any] = field(default_factory=dict)
     seq_len: int = 128
     num_labels: int = 2
+    config_fields: dict[str, Any] = field(default_factory=dict)  # set as PaddleNLP's llm scripts set them
+    zero_padding: bool = False  # packed sequences: each batch row carries its [seq, seq] attention mask
 
     @property
     def local(self) -> bool:
@@ -116,6 +118,7 @@ class PaddleNLP(Source):
         config = model.get("config", str)
         task = model.get("task", str, None, choices=tuple(TASKS))
         overrides = model.get("overrides", dict, {}) or {}
+        config_fields = model.get("config_fields", dict, {}) or {}
         if config and looks_like_path(config):
             path = (Path(model.file).resolve().parent / config).resolve()
             if not path.exists():
@@ -129,9 +132,17 @@ class PaddleNLP(Source):
                 config = str(path)
         seq_len = data.get("seq_len", int, check=positive(1 << 20))
         num_labels = data.get("num_labels", int, 2, check=positive())
+        zero_padding = data.get("zero_padding", bool, False)
         if None in (config, seq_len, num_labels):
             return None
-        return PaddleNLPModel(config, task, overrides, seq_len, num_labels)
+        return PaddleNLPModel(config, task, overrides, seq_len, num_labels, config_fields, bool(zero_padding))
+
+    def notes(self, settings: PaddleNLPModel, device_kind: str) -> list[str]:
+        if settings.config_fields.get("use_flash_attention") and device_kind == "cpu":
+            return ["use_flash_attention: Paddle runs plain attention on CPU, which keeps the [seq, seq] attention "
+                    "scores flash attention never stores: this CPU peak over-states what a GPU with flash attention "
+                    "needs"]
+        return []
 
     def identity(self, settings: PaddleNLPModel, spec_dir: str) -> dict[str, Any]:
         from importlib import metadata
@@ -148,7 +159,6 @@ class PaddleNLP(Source):
     def build(self, settings: PaddleNLPModel, spec_dir: str, configure):
         import paddle
 
-
         config = load_config(settings)
         unknown = [key for key in settings.overrides if not hasattr(config, key)]
         if unknown:
@@ -156,6 +166,9 @@ class PaddleNLP(Source):
                              f"{did_you_mean(unknown[0], vars(config))}")
         for key, value in settings.overrides.items():
             setattr(config, key, value)
+        for key, value in settings.config_fields.items():  # as the llm scripts: flash attention where the model has it
+            if key != "use_flash_attention" or hasattr(config, key):
+                setattr(config, key, value)
         config.num_labels = settings.num_labels
         limit = getattr(config, "max_position_embeddings", None)
         if limit and settings.seq_len > limit:
@@ -167,6 +180,9 @@ class PaddleNLP(Source):
 
         def make_batch(batch: int) -> dict[str, Any]:
             ids = paddle.randint(1, vocab, [batch, seq_len])  # id 0 is often the padding/ignored label
+            if task == "causal-lm" and settings.zero_padding:  # as the llm scripts' InTokens datasets collate it
+                mask = paddle.tril(paddle.ones([batch, 1, seq_len, seq_len], dtype="bool"))
+                return {"input_ids": ids, "labels": paddle.randint(1, vocab, [batch, seq_len]), "attention_mask": mask}
             if task == "causal-lm":
                 return {"input_ids": ids, "labels": paddle.randint(1, vocab, [batch, seq_len])}
             if task == "token-classification":

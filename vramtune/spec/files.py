@@ -46,17 +46,21 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
     """Read and validate one spec file (YAML, or a PaddleNLP arguments JSON), with command-line overrides applied
-    first."""
-    arguments = None
+    first. An arguments file's batch is per rank: with --devices N its target batch is N times it."""
+    arguments, warnings = None, []
+    overrides = overrides or {}
     if Path(path).suffix == ".json":
         arguments = read_arguments(Path(path))
-        raw = spec_from_arguments(arguments, str(path))
+        raw, warnings = spec_from_arguments(arguments, str(path))
+        devices = overrides.get("devices") or raw.get("devices")
+        if devices and devices > 1 and overrides.get("train.target_batch") is None:
+            overrides = {**overrides, "train.target_batch": raw["train"]["target_batch"] * devices}
     else:
         raw = read_yaml(path)
     if overrides and isinstance(raw, dict):
         raw = apply_overrides(raw, overrides)
     spec = spec_from_dict(raw, str(path))
-    spec.arguments = arguments
+    spec.arguments, spec.warnings = arguments, warnings
     return spec
 
 

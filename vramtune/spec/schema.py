@@ -21,6 +21,7 @@ class TrainSettings:
     target_batch: int
     optimizer: str = "adamw"
     learning_rate: float = 5.0e-5
+    max_grad_norm: float | None = None  # gradient clipping by global norm (PaddleNLP's Trainer: 1.0)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Spec:
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     tuned: dict[str, Any] | None = None  # written by `vramtune apply`
     arguments: dict[str, Any] | None = None  # the PaddleNLP arguments file this spec was read from, if any
+    warnings: list[str] = field(default_factory=list)  # what the user should know about the file (unknown keys)
     path: str = "<spec>"
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -105,6 +107,7 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
             target_batch=section.get("target_batch", int, check=positive(1 << 20)),
             optimizer=section.get("optimizer", str, "adamw", choices=OPTIMIZERS),
             learning_rate=section.get("learning_rate", float, 5.0e-5, check=positive()),
+            max_grad_norm=section.get("max_grad_norm", float, None, check=positive()),
         )
 
     device = root.get("device", str, "auto", check=lambda v: None if DEVICE_PATTERN.match(v) else

@@ -1,0 +1,121 @@
+"""A PaddleNLP arguments file as the spec: every key read, refused by name, kept, or named as unknown; the keys that
+change memory are part of the saved results' identity (no Paddle: fake devices)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import SPECS
+from fakes import FakeDevice, MiB
+
+from vramtune.spec import load_spec
+
+BASE = {"model_name_or_path": "./tiny-llama", "output_dir": "./checkpoints", "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 1, "max_length": 256, "learning_rate": 3e-5, "logging_steps": 10,
+        "device": "cpu"}
+
+
+@pytest.fixture
+def arguments(tmp_path, monkeypatch):
+    """arguments(**keys) -> the path of an arguments file next to a copy of tests/specs/tiny-llama."""
+    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
+    monkeypatch.chdir(tmp_path)
+
+    def write(name: str = "args.json", **keys) -> object:
+        path = tmp_path / name
+        path.write_text(json.dumps({**BASE, **keys}))
+        return path
+    return write
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("tensor_parallel_degree", 2, "2 changes memory: tensor parallelism runs on GPUs only and vramtune does not measure "
+                                  "it: set it to 1 to tune the data-parallel part, or estimate it without measuring: "
+                                  "vramtune estimate"),
+    ("pipeline_parallel_degree", 2, "2 changes memory: pipeline parallelism runs on GPUs only and vramtune does not "
+                                    "measure it: set it to 1 to tune the data-parallel part, or estimate it without "
+                                    "measuring: vramtune estimate"),
+    ("weight_quantize_algo", "nf4", "'nf4' changes memory: quantized weights are built by PaddleNLP's from_pretrained "
+                                    "only (GPU kernels); a probe would measure unquantized weights: remove the key to "
+                                    "tune without quantization, or estimate it without measuring: vramtune estimate"),
+    ("sequence_parallel", True, "True changes memory: needs tensor parallelism, which vramtune does not measure: set it "
+                                "to false"),
+    ("sharding", "stage2 offload", "'stage2 offload': offloading to the host is not measured by vramtune: drop offload"),
+    ("optim", "adafactor", "adafactor is not measured by vramtune (PaddleNLP 2.8's Trainer does not implement it "
+                           "either); tune with optim: adamw"),
+])
+def test_a_key_that_changes_memory_and_is_not_measured_is_refused_by_name(arguments, cli, key, value, message):
+    path = arguments(**{key: value})
+    code, out, err = cli("validate", path)
+    assert (code, out, err) == (2, "", f"error: {path}: {key}: {message}\n")
+
+
+def test_keys_at_their_single_device_values_are_kept(arguments, cli):
+    path = arguments(tensor_parallel_degree=1, pipeline_parallel_degree=-1, sequence_parallel=False, sharding="",
+                     weight_quantize_algo=None, to_static=False)
+    assert cli("validate", path) == (0, "", f"ok: {path}\n")
+
+
+def test_every_refusal_in_one_run_and_unknown_keys_named_once(arguments, cli):
+    path = arguments(tensor_parallel_degree=4, weight_quantize_algo="weight_only_int8", my_flag=1, lr_decay=0.1)
+    code, _, err = cli("validate", path)
+    assert code == 2 and [line.split(": ")[2] for line in err.splitlines()] == ["tensor_parallel_degree",
+                                                                                "weight_quantize_algo"]
+    path = arguments(my_flag=1, lr_decay=0.1, warmup_steps=10)  # warmup_steps: PaddleNLP's, no memory effect
+    code, _, err = cli("validate", path)
+    assert (code, err) == (0, f"warning: {path}: my_flag, lr_decay: neither PaddleNLP 2.8.1 arguments nor vramtune's; "
+                              f"kept untouched (PaddleNLP's argument parser would reject them)\nok: {path}\n")
+
+
+def test_src_length_without_tgt_length_takes_the_scripts_default(arguments):
+    path = arguments(src_length=128)
+    raw = json.loads(path.read_text())
+    del raw["max_length"]
+    path.write_text(json.dumps(raw))
+    spec = load_spec(path)
+    assert spec.model.seq_len == 2048
+    assert spec.warnings == [f"{path}: no max_length: the llm scripts' default, 2048 tokens, is measured (their "
+                             "sequences are at most max_length; src_length only cuts the prompt)"]
+    path.write_text(json.dumps({**raw, "tgt_length": 64}))  # older llm scripts: src + tgt
+    assert load_spec(path).model.seq_len == 192
+
+
+def test_what_the_scripts_set_on_the_model_is_read(arguments):
+    spec = load_spec(arguments(use_flash_attention=True, fuse_attention_qkv=True, hidden_dropout_prob=0.0,
+                               zero_padding=True, max_grad_norm=0.5, fp16=True, fp16_opt_level="O2",
+                               amp_master_grad=True))
+    assert spec.model.config_fields == {"use_flash_attention": True, "fuse_attention_qkv": True,
+                                        "hidden_dropout_prob": 0.0}
+    assert spec.model.zero_padding is True and spec.train.max_grad_norm == 0.5
+    precision = spec.settings["precision"]
+    assert precision.allowed == ["fp16-o2", "fp16"] and precision.master_grad is True  # the run's half type kept
+    assert load_spec(arguments(intokens=True)).model.zero_padding is True  # the deprecated name, as the scripts
+    assert load_spec(arguments()).train.max_grad_norm == 1.0  # the Trainer clips by default
+
+
+def test_every_memory_key_is_part_of_the_saved_results_identity(arguments, fake_cli):
+    cli, backend = fake_cli(FakeDevice(per_sample=MiB / 20, blocks=4))
+    first = arguments("a.json", max_grad_norm=1.0)
+    assert cli("probe", first, "--budget", "200MiB")[0] == 0
+    probes = len(backend.jobs)
+    for keys in ({"zero_padding": True}, {"use_flash_attention": True}, {"max_grad_norm": 0.5},
+                 {"amp_master_grad": True, "bf16": True}):
+        code, out, _ = cli("probe", arguments("b.json", **keys), "--budget", "200MiB", "--json")
+        assert code == 0 and json.loads(out)["reused"] == 0, keys
+    code, out, _ = cli("probe", arguments("c.json", max_grad_norm=1.0, logging_steps=99), "--budget", "200MiB",
+                       "--json")
+    assert json.loads(out)["reused"] == probes  # a key with no memory effect does not re-probe
+
+
+def test_flash_attention_measured_on_cpu_says_the_peak_over_states_attention(arguments, fake_cli):
+    cli, _ = fake_cli(FakeDevice(per_sample=MiB / 20, blocks=4))
+    code, out, _ = cli("probe", arguments(use_flash_attention=True), "--budget", "200MiB", "--json")
+    assert code == 0 and json.loads(out)["notes"][0].startswith(
+        "use_flash_attention: Paddle runs plain attention on CPU, which keeps the [seq, seq] attention scores")
+
+
+def test_devices_on_the_command_line_scale_the_per_device_batch(arguments):
+    path = arguments()
+    assert load_spec(path, {"devices": 2}).train.target_batch == 32  # 16 per device x 2 ranks
+    assert load_spec(arguments(sharding="stage1", sharding_parallel_degree=4)).train.target_batch == 64
