@@ -3,9 +3,10 @@
     python tests/clients/trainer_run.py ARGS.json --steps 3
 
 PaddleNLP's own Trainer trains a model built from `model_name_or_path` (a local folder with config.json; random
-weights) on random token ids. As PaddleNLP's llm scripts do, the model arguments (recompute_granularity,
-no_recompute_layers) go on the model's config and the sequence length is max_length; every other key is a
-TrainingArguments field, parsed by PdArgumentParser. Prints one JSON line: the peak allocated bytes of the steps
+weights) on random token ids. As PaddleNLP's llm scripts do (llm/finetune_generation.py, 2.8.1), the model arguments
+(recompute_granularity, no_recompute_layers) go on the model's config, the sequence length is max_length, prefix
+tuning and then LoRA wrap the model (LoRA: the script's Llama target modules, alpha 2 x rank, merge_weights off);
+every other key is a TrainingArguments field, parsed by PdArgumentParser. Prints one JSON line: the peak allocated bytes of the steps
 after the first optimizer step (when the optimizer state exists), read from Paddle's allocator counters.
 """
 from __future__ import annotations
@@ -23,7 +24,10 @@ from paddle.base import core
 from paddlenlp.trainer import PdArgumentParser, Trainer, TrainerCallback, TrainingArguments
 from paddlenlp.transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-MODEL_KEYS = ("model_name_or_path", "recompute_granularity", "no_recompute_layers", "max_length")
+MODEL_KEYS = ("model_name_or_path", "recompute_granularity", "no_recompute_layers", "max_length", "lora", "lora_rank",
+              "prefix_tuning", "num_prefix_tokens")
+LLAMA_LORA_TARGETS = [".*q_proj.*", ".*v_proj.*", ".*k_proj.*", ".*o_proj.*", ".*qkv_proj.*", ".*gate_proj.*",
+                      ".*down_proj.*", ".*up_proj.*", ".*gate_up_fused_proj.*"]  # the script's get_lora_target_modules
 
 
 class RandomData(paddle.io.Dataset):
@@ -77,6 +81,22 @@ def main() -> None:
     causal = any(a.endswith("ForCausalLM") for a in config.architectures or [])
     auto = AutoModelForCausalLM if causal else AutoModelForSequenceClassification
     model = auto.from_config(copy.deepcopy(config))
+    if model_args.get("prefix_tuning"):
+        from paddlenlp.peft import PrefixConfig, PrefixModelForCausalLM
+        from paddlenlp.peft.prefix import llama_postprocess_past_key_value
+
+        prefix = PrefixConfig(num_prefix_tokens=model_args.get("num_prefix_tokens", 128),
+                              num_attention_heads=config.num_attention_heads,
+                              num_hidden_layers=config.num_hidden_layers, hidden_size=config.hidden_size,
+                              dtype="float32")
+        model = PrefixModelForCausalLM(model=model, prefix_config=prefix,
+                                       postprocess_past_key_value=llama_postprocess_past_key_value)
+    if model_args.get("lora"):
+        from paddlenlp.peft import LoRAConfig, LoRAModel
+
+        rank = model_args.get("lora_rank", 8)
+        model = LoRAModel(model, LoRAConfig(target_modules=LLAMA_LORA_TARGETS, r=rank, lora_alpha=2 * rank,
+                                            merge_weights=False, dtype="float32"))
     batch = training.per_device_train_batch_size * training.gradient_accumulation_steps
     data = RandomData(options.steps * batch, model_args["max_length"], config.vocab_size,
                       None if causal else config.num_labels)

@@ -91,3 +91,43 @@ def test_gpt_recompute_is_exported_as_a_granularity_that_really_recomputes(cli, 
     plain.write_text(json.dumps({**tuned, "recompute": False}))
     assert recomputed["peak_bytes"] < 0.9 * trainer_peak(plain, tmp_path)["peak_bytes"]
     assert abs(recomputed["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (recomputed, chosen)
+
+
+def test_lora_is_measured_as_the_llm_script_builds_it_and_the_trainer_peaks_as_measured(cli, tmp_path, monkeypatch):
+    """LoRA r=8 as PaddleNLP's llm script builds it: only the adapters train (their gradients and AdamW moments, not
+    the model's), recompute saves less than in a full fine-tune (the frozen embeddings leave layer 0 unrecomputed),
+    and the Trainer running the tuned file with LoRA peaks where vramtune measured."""
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-llama", lora=True, lora_rank=8)
+    full = tmp_path / "full.json"
+    full.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k not in ("lora", "lora_rank")}))
+
+    def measured(spec, *flags):
+        code, out, err = cli("measure", spec, "--device", "cpu", "--budget", "1GiB", "-m", 16, "--json", *flags)
+        assert code == 0, err
+        return json.loads(out)
+
+    lora, whole = measured(path), measured(full)
+    assert lora["trainable_params"] == 4 * 8 * (128 + 128) * 4 + 4 * 8 * (128 + 256) * 3  # r x (in + out), 7 per layer
+    assert whole["trainable_params"] == whole["total_params"] < lora["total_params"]
+    assert lora["gradient_bytes"] == 4 * lora["trainable_params"] < 0.1 * whole["gradient_bytes"]
+    assert 8 * lora["trainable_params"] <= lora["optimizer_bytes"] < 0.1 * whole["optimizer_bytes"]
+    assert lora["peak_bytes"] < whole["peak_bytes"]
+    saving = {name: spec["peak_bytes"] - measured(source, "-r", 4)["peak_bytes"]
+              for name, spec, source in (("lora", lora, path), ("full", whole, full))}
+    assert 0 < saving["lora"] < 0.9 * saving["full"], saving
+    tuned_path, chosen = tune(cli, path, "--budget", "120MiB")
+    tuned = json.loads(tuned_path.read_text())
+    assert (tuned["lora"], tuned["lora_rank"]) == (True, 8) and chosen["trainable_params"] == lora["trainable_params"]
+    trainer = trainer_peak(tuned_path, tmp_path)
+    assert abs(trainer["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (trainer, chosen)
+
+
+def test_prefix_tuning_is_measured_as_the_llm_script_builds_it(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-llama", prefix_tuning=True, num_prefix_tokens=32,
+                             per_device_train_batch_size=8)
+    tuned_path, chosen = tune(cli, path, "--budget", "200MiB")
+    assert chosen["trainable_params"] == 32 * 2 * 4 * 128  # an embedding of 2 x layers x hidden per virtual token
+    trainer = trainer_peak(tuned_path, tmp_path)
+    assert abs(trainer["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (trainer, chosen)
