@@ -6,8 +6,10 @@ PaddleNLP's own Trainer trains a model built from `model_name_or_path` (a local 
 weights) on random token ids. As PaddleNLP's llm scripts do (llm/finetune_generation.py, 2.8.1), the model arguments
 (recompute_granularity, no_recompute_layers) go on the model's config, the sequence length is max_length, prefix
 tuning and then LoRA wrap the model (LoRA: the script's Llama target modules, alpha 2 x rank, merge_weights off);
-every other key is a TrainingArguments field, parsed by PdArgumentParser. Prints one JSON line: the peak allocated bytes of the steps
-after the first optimizer step (when the optimizer state exists), read from Paddle's allocator counters.
+every other key is a TrainingArguments field, parsed by PdArgumentParser. With do_eval, the Trainer then evaluates
+two batches of per_device_eval_batch_size, keeping argmax predictions as the llm scripts' CausalLMTrainer does. Prints one JSON line: the peak allocated bytes of the steps
+after the first optimizer step (when the optimizer state exists), and of the evaluation, read from Paddle's
+allocator counters.
 """
 from __future__ import annotations
 
@@ -44,6 +46,16 @@ class RandomData(paddle.io.Dataset):
         return {"input_ids": self.ids[index], "labels": self.labels[index]}
 
 
+class ArgmaxTrainer(Trainer):
+    """The llm scripts' CausalLMTrainer prediction step: the base step, then argmax predictions are kept."""
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        if logits is not None:
+            logits = (logits[0] if isinstance(logits, (list, tuple)) else logits).argmax(axis=-1, keepdim=True)
+        return loss, logits, labels
+
+
 class Peak(TrainerCallback):
     """Reset the allocator's peak after the first optimizer step, read it after the last."""
 
@@ -65,6 +77,7 @@ def main() -> None:
     with open(options.arguments, encoding="utf-8") as handle:
         arguments = json.load(handle)
     model_args = {key: arguments.pop(key) for key in MODEL_KEYS if key in arguments}
+    evaluates = arguments.pop("do_eval", False)
     arguments.update(max_steps=options.steps, report_to="none", save_strategy="no", logging_strategy="no",
                      evaluation_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
                      output_dir=tempfile.mkdtemp(prefix="trainer-run-"), overwrite_output_dir=True)
@@ -101,8 +114,16 @@ def main() -> None:
     data = RandomData(options.steps * batch, model_args["max_length"], config.vocab_size,
                       None if causal else config.num_labels)
     peak = Peak()
-    Trainer(model=model, args=training, train_dataset=data, callbacks=[peak]).train()
-    print(json.dumps({"peak_bytes": peak.peak, "micro_batch": training.per_device_train_batch_size,
+    trainer = (ArgmaxTrainer if causal else Trainer)(model=model, args=training, train_dataset=data, callbacks=[peak])
+    trainer.train()
+    eval_peak = None
+    if evaluates:  # after training: the weights, zeroed gradients and optimizer state are resident, as mid-training
+        core.host_memory_stat_reset_peak_value("Allocated", 0)
+        trainer.evaluate(RandomData(2 * training.per_device_eval_batch_size, model_args["max_length"],
+                                    config.vocab_size, None if causal else config.num_labels))
+        eval_peak = int(core.host_memory_stat_peak_value("Allocated", 0))
+    print(json.dumps({"peak_bytes": peak.peak, "eval_peak_bytes": eval_peak,
+                      "micro_batch": training.per_device_train_batch_size,
                       "accumulation": training.gradient_accumulation_steps, "recompute": training.recompute}))
 
 

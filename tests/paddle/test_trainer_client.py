@@ -131,3 +131,26 @@ def test_prefix_tuning_is_measured_as_the_llm_script_builds_it(cli, tmp_path, mo
     assert chosen["trainable_params"] == 32 * 2 * 4 * 128  # an embedding of 2 x layers x hidden per virtual token
     trainer = trainer_peak(tuned_path, tmp_path)
     assert abs(trainer["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (trainer, chosen)
+
+
+def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budget(cli, tmp_path, monkeypatch):
+    """An evaluation batch of 32 that does not fit beside the tuned training state is lowered to the largest that
+    does; the Trainer training the tuned LoRA file and evaluating at that batch peaks where vramtune measured, and
+    both phases stay within the budget."""
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-llama", lora=True, do_eval=True, per_device_eval_batch_size=32)
+    code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    chosen, limit = report["chosen"], report["limit_bytes"]
+    assert chosen["eval_requested"] == 32 and 1 <= chosen["eval_batch"] < 32
+    assert int(chosen["eval_peaks"][str(chosen["eval_batch"] + 1)]) > limit  # one more does not fit
+    assert f"evaluation at batch {chosen['eval_batch']} (lowered from 32: larger ones do not fit)" in err
+    tuned_path, _ = tune(cli, path, "--budget", "120MiB")
+    tuned = json.loads(tuned_path.read_text())
+    assert tuned["per_device_eval_batch_size"] == chosen["eval_batch"] and tuned["do_eval"] is True
+    trainer = trainer_peak(tuned_path, tmp_path)
+    eval_peak = chosen["eval_peaks"][str(chosen["eval_batch"])]
+    assert abs(trainer["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (trainer, chosen)
+    assert abs(trainer["eval_peak_bytes"] - eval_peak) <= 0.05 * eval_peak, (trainer, eval_peak)
+    assert max(trainer["peak_bytes"], trainer["eval_peak_bytes"]) <= limit

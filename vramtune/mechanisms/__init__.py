@@ -5,11 +5,21 @@ compiles last; labels and the tie rule follow it too. Adding one: its module, it
 if the search explores it, its role in search/roles.py)."""
 from __future__ import annotations
 
-from vramtune.mechanisms import accumulation, data_parallel, peft, precision, recompute, sharding, static_graph
+from vramtune.mechanisms import (
+    accumulation,
+    data_parallel,
+    evaluation,
+    peft,
+    precision,
+    recompute,
+    sharding,
+    static_graph,
+)
 from vramtune.mechanisms.base import Facts, Field, Mechanism, Option
 
 MECHANISMS: list[Mechanism] = [peft.MECHANISM, precision.MECHANISM, accumulation.MECHANISM, recompute.MECHANISM,
-                               data_parallel.MECHANISM, sharding.MECHANISM, static_graph.MECHANISM]
+                               data_parallel.MECHANISM, sharding.MECHANISM, static_graph.MECHANISM,
+                               evaluation.MECHANISM]
 BY_NAME: dict[str, Mechanism] = {mechanism.name: mechanism for mechanism in MECHANISMS}
 _FIELDS: dict[str, Field] = {}
 

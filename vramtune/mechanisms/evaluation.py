@@ -1,0 +1,239 @@
+"""Evaluation as a phase of the run: after a probe's measured training steps, with the training state still resident
+(weights, zeroed gradients, optimizer state), evaluation steps run the way PaddleNLP's Trainer runs its prediction
+step: the model in eval mode, no grad, the training's auto_cast, loss and logits computed. A configuration fits only
+if both phases fit; the evaluation batch is tuned too: the largest, not above the one asked, whose peak fits.
+
+What the evaluation loop keeps per step (loss, the llm scripts' argmax predictions, or full logits, with the labels)
+stays on the device until `eval_accumulation_steps` steps have run (by default, for the whole evaluation set): with
+that setting the kept buffer, which the loop's concatenation copies, is counted; without it the report says what each
+sample adds.
+
+Spec: `train.evaluation: {batch: 32, keep: logits | predictions | loss, accumulation_steps: N}`. A PaddleNLP
+arguments file: `do_eval` or an `evaluation_strategy` other than `no`, `per_device_eval_batch_size`,
+`eval_accumulation_steps`, `prediction_loss_only` (else the llm scripts' argmax predictions).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from vramtune.mechanisms.base import Mechanism
+from vramtune.reading import Section, positive
+
+KEEP = ("logits", "predictions", "loss")
+MAX_MEASUREMENTS = 6  # evaluation batches measured per probe
+
+
+@dataclass
+class EvaluationSettings:
+    batch: int = 8  # the evaluation batch asked for (per device)
+    keep: str = "logits"  # what each evaluation step keeps on the device
+    accumulation_steps: int | None = None  # steps kept on the device before moving to the host (None: all)
+
+
+def kept_factor(accumulation_steps: int | None) -> int:
+    """Kept steps alive at the loop's peak: the buffer of the earlier ones is copied when a step is concatenated."""
+    return 2 * (accumulation_steps - 1) if accumulation_steps else 0
+
+
+class Evaluation(Mechanism):
+    name = "evaluation"
+    # eval_batch: the largest measured evaluation batch that fits (None: none fits); eval_peaks: batch -> the peak of
+    # one evaluation step; eval_kept: batch -> bytes one step keeps on the device
+    facts = ("eval_batch", "eval_requested", "eval_peaks", "eval_kept", "eval_accumulation_steps")
+
+    def read(self, spec) -> EvaluationSettings | None:
+        raw = spec.train.data.get("evaluation")
+        spec.train.seen.add("evaluation")
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            spec.train.fail("evaluation", f"must be a mapping {{batch, keep, accumulation_steps}}, got {raw!r}")
+            return None
+        section = Section(spec.train.problems, spec.train.file, spec.train.key("evaluation"), raw)
+        settings = EvaluationSettings(
+            batch=section.get("batch", int, 8, check=positive(1 << 20)) or 8,
+            keep=section.get("keep", str, "logits", choices=KEEP) or "logits",
+            accumulation_steps=section.get("accumulation_steps", int, None, check=positive(1 << 20)))
+        section.finish()
+        return settings
+
+    def from_arguments(self, arguments) -> dict[str, Any]:
+        """The Trainer evaluates when do_eval is set or its evaluation strategy is not "no"."""
+        evaluates = bool(arguments.get("do_eval", bool, False))
+        strategy = arguments.get("evaluation_strategy", str, "no", choices=("no", "steps", "epoch"))
+        batch = arguments.get("per_device_eval_batch_size", int, 8, check=positive(1 << 20))
+        steps = arguments.get("eval_accumulation_steps", int, None, check=positive(1 << 20))
+        loss_only = arguments.get("prediction_loss_only", bool, False)
+        if not (evaluates or strategy not in (None, "no")):
+            return {}
+        return {"train.evaluation": {"batch": batch or 8, "keep": "loss" if loss_only else "predictions",
+                                     **({"accumulation_steps": steps} if steps else {})}}
+
+    def child_settings(self, settings: EvaluationSettings | None, budget) -> dict[str, Any] | None:
+        """The limit picks which evaluation batches the child measures; the parent judges them again."""
+        return {**dataclasses.asdict(settings), "limit": budget.limit} if settings else None
+
+    def judge(self, result, limit: float) -> str | None:
+        facts = result.facts_of(self.name)
+        if "eval_requested" not in facts:
+            return None
+        peaks = {int(size): peak for size, peak in facts.get("eval_peaks", {}).items()}
+        chosen = facts.get("eval_batch")
+        if chosen is not None and _total(peaks.get(chosen), facts, chosen) <= limit:
+            return None
+        smallest = min(peaks, default=None)
+        if smallest is None or peaks[smallest] is None:
+            return f"evaluation ran out of memory even at batch {smallest}"
+        return (f"evaluation does not fit even at batch {smallest}: its peak "
+                f"{int(_total(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
+
+    def describe(self, result) -> list[str]:
+        facts = result.facts_of(self.name)
+        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
+        if chosen is None:
+            return []
+        from vramtune.units import format_bytes
+
+        peak = _total(facts["eval_peaks"].get(str(chosen)), facts, chosen)
+        kept = facts["eval_kept"][str(chosen)]
+        steps = facts.get("eval_accumulation_steps")
+        lowered = f" (lowered from {requested}: larger ones do not fit)" if chosen < requested else ""
+        keeping = (f"keeps {format_bytes(kept / chosen)} per sample on the device for the whole evaluation set (set "
+                   "eval_accumulation_steps to bound it)" if not steps else
+                   f"up to {steps} steps of {format_bytes(kept)} kept on the device, counted")
+        return [f"evaluation at batch {chosen}{lowered}: peak {format_bytes(peak)} with the training state resident; "
+                f"{keeping}"]
+
+    def to_arguments(self, tuned):
+        facts = tuned.facts_of(self.name)
+        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
+        if chosen is None:
+            return {}, []
+        warnings = [f"per_device_eval_batch_size lowered from {requested} to {chosen}: evaluation at {requested} "
+                    "does not fit beside the training state"] if chosen < requested else []
+        return {"per_device_eval_batch_size": chosen}, warnings
+
+    # -- child side --------------------------------------------------------------------------------------
+    def after_measure(self, run, settings) -> dict[str, Any]:
+        """Not when training alone is over the limit: the probe does not fit whatever evaluation does."""
+        if not settings or run.peak_bytes > settings["limit"]:
+            return {}
+        measured = _EvaluationRun(run, settings)
+        measured.search()
+        fitting = [size for size in measured.peaks if measured.fits(size)]
+        return {"eval_requested": settings["batch"], "eval_batch": max(fitting, default=None),
+                "eval_peaks": {str(k): v for k, v in measured.peaks.items()},
+                "eval_kept": {str(k): v for k, v in measured.kept.items()},
+                "eval_accumulation_steps": settings["accumulation_steps"]}
+
+
+def _total(peak: int | None, facts: dict[str, Any], size: int | None) -> float:
+    """One evaluation step's peak plus what the earlier kept steps hold (when eval_accumulation_steps bounds them)."""
+    if peak is None or size is None:
+        return float("inf")
+    return peak + kept_factor(facts.get("eval_accumulation_steps")) * facts["eval_kept"][str(size)]
+
+
+class _EvaluationRun:
+    """Evaluation steps at chosen batches in the probe's process. With resettable counters (Paddle 3) the asked batch
+    first, then smaller ones predicted from a line through the measured peaks; without (Paddle 2.6: a reading is
+    the peak since the process started) batches in increasing order, stopping at the first that does not fit."""
+
+    def __init__(self, run: Any, settings: dict[str, Any]):
+        self.run, self.settings = run, settings
+        self.peaks: dict[int, int | None] = {}
+        self.kept: dict[int, int] = {}
+
+    def search(self) -> None:
+        asked = self.settings["batch"]
+        model = self.run.prepared.model
+        model.eval()
+        try:
+            if not self.run.counters.resets:
+                size = 1
+                while self.measure(size) and size < asked:
+                    size = min(asked, size * 2)
+                return
+            size: int | None = asked
+            while size is not None and len(self.peaks) < MAX_MEASUREMENTS:
+                self.measure(size)
+                size = self.next_size()
+        finally:
+            model.train()
+
+    def next_size(self) -> int | None:
+        """Between the largest batch that fits and the smallest that does not: the largest a line through the
+        measured peaks predicts to fit (halving while there is one point only)."""
+        over = min((s for s in self.peaks if not self.fits(s)), default=None)
+        lower = max((s for s in self.peaks if self.fits(s)), default=0) + 1
+        if over is None or lower >= over:
+            return None
+        points = sorted((s, self.total(s)) for s in self.peaks if self.peaks[s] is not None)
+        guess = over // 2
+        if len(points) >= 2 and points[-1][0] > points[0][0]:
+            (small, low), (large, high) = points[0], points[-1]
+            slope = (high - low) / (large - small)
+            guess = int(small + (self.settings["limit"] - low) / slope) if slope > 0 else over - 1
+        return min(over - 1, max(lower, guess))
+
+    def total(self, size: int) -> float:
+        peak = self.peaks[size]
+        if peak is None:
+            return float("inf")
+        return peak + kept_factor(self.settings["accumulation_steps"]) * self.kept[size]
+
+    def fits(self, size: int) -> bool:
+        return self.total(size) <= self.settings["limit"]
+
+    def measure(self, size: int) -> bool:
+        """One evaluation step at this batch, as the Trainer's prediction step runs it; whether it fits."""
+        import paddle
+
+        from vramtune.child.worker import is_oom
+
+        run = self.run
+        batch = run.built.make_batch(size)
+        outputs: list[Any] = []
+        hook = run.prepared.model.register_forward_post_hook(lambda layer, inputs, output: outputs.append(output))
+        try:
+            run.counters.start()
+            with paddle.no_grad(), run.prepared.runner.forward_context():
+                loss = run.built.loss(run.prepared.model, batch)
+            peak, reserved = run.counters.peak()
+            self.peaks[size] = reserved if reserved is not None else peak
+            self.kept[size] = _kept_bytes(self.settings["keep"], loss, outputs[-1] if outputs else None, batch)
+        except Exception as error:
+            if not is_oom(error):
+                raise
+            self.peaks[size], self.kept[size] = None, 0
+        finally:
+            hook.remove()
+        return self.fits(size)
+
+
+def _bytes(tensor: Any) -> int:
+    return int(tensor.numel()) * tensor.element_size()
+
+
+def _kept_bytes(keep: str, loss: Any, output: Any, batch: Any) -> int:
+    """What the Trainer's evaluation loop keeps of one step: the loss, and unless only the loss is asked the labels
+    with the logits or their argmax (int64, as the llm scripts' prediction step returns)."""
+    if keep == "loss":
+        return _bytes(loss)
+    if hasattr(output, "numel"):
+        tensors = [output]
+    else:
+        tensors = [t for t in (output.values() if isinstance(output, dict) else output or ()) if hasattr(t, "numel")]
+    logits = getattr(output, "logits", None)
+    if logits is None:
+        logits = max(tensors, key=lambda t: int(t.numel()), default=None)
+    labels = (batch.get("labels") if isinstance(batch, dict) else batch[-1] if isinstance(batch, tuple) else None)
+    kept = _bytes(loss) + (_bytes(labels) if hasattr(labels, "numel") else 0)
+    if logits is None:
+        return kept
+    return kept + (_bytes(logits) if keep == "logits" else int(logits.numel()) // max(1, logits.shape[-1]) * 8)
+
+
+MECHANISM = Evaluation()
