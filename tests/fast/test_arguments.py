@@ -119,3 +119,23 @@ def test_devices_on_the_command_line_scale_the_per_device_batch(arguments):
     path = arguments()
     assert load_spec(path, {"devices": 2}).train.target_batch == 32  # 16 per device x 2 ranks
     assert load_spec(arguments(sharding="stage1", sharding_parallel_degree=4)).train.target_batch == 64
+
+
+def test_the_new_user_files_of_issue_19_every_key_measured_or_refused(arguments, cli):
+    """The file a new user tried: 0.2 said ok and measured a full fine-tune. Now the one key that cannot be measured
+    is refused by name; without it, every key is read (LoRA, evaluation, flash attention, zero padding)."""
+    keys = {"lora": True, "lora_rank": 8, "do_eval": True, "per_device_eval_batch_size": 32,
+            "use_flash_attention": True, "zero_padding": True}
+    path = arguments(tensor_parallel_degree=2, **keys)
+    code, _, err = cli("validate", path)
+    assert (code, err.count("\n")) == (2, 1) and f"{path}: tensor_parallel_degree: 2 changes memory" in err
+    spec = load_spec(arguments(**keys))
+    assert spec.settings["peft"].lora.rank == 8 and spec.settings["evaluation"].batch == 32
+    assert spec.model.config_fields == {"use_flash_attention": True} and spec.model.zero_padding and not spec.warnings
+    path = arguments(weight_quantize_algo="nf4", prefix_tuning=True, pipeline_parallel_degree=2, amp_master_grad=True,
+                     bf16=True)
+    code, _, err = cli("validate", path)
+    assert code == 2 and [line.split(": ")[2] for line in err.splitlines()] == ["weight_quantize_algo",
+                                                                                "pipeline_parallel_degree"]
+    spec = load_spec(arguments(prefix_tuning=True, amp_master_grad=True, bf16=True))
+    assert spec.settings["peft"].prefix_tokens == 128 and spec.settings["precision"].master_grad
