@@ -21,6 +21,7 @@ from vramtune.strategy import Strategy  # noqa: E402
 def grid(shape: Shape, prob: SearchProblem) -> list:
     measure = shape.device.measure(prob.budget.bytes, prob.budget.headroom)
     precisions = ["fp32", *[p for p in shape.precisions if dtype_of(p) not in shape.device.amp_unsupported]]
+    precisions += ["fp16-safe"] if "fp16" in precisions else []  # tried by itself when fp16 goes non-finite
     return [measure(Strategy(precision=p, micro_batch=m, accumulation=prob.target_batch // m, recomputed_blocks=r))
             for p, m, r in itertools.product(precisions, prob.micro_batches, range(shape.device.blocks + 1))]
 

@@ -61,6 +61,8 @@ class FakeDevice:
     fragmentation: float = 0.0  # reserved = allocated * (1 + this), rounded up to BLOCK (GPU)
     dp_buffer: float = 0.0  # data parallel's fused gradient buffers (several ranks, no sharding)
     noise: float = 0.0
+    overflows: tuple[str, ...] = ()  # number formats whose loss goes non-finite at every size (fp16-safe trains)
+    safe_speed: float = 0.9  # fp16-safe's speed over fp16's (its overflow-prone ops in fp32)
     amp_unsupported: dict[str, str] = field(default_factory=dict)
     calls: list[Strategy] = field(default_factory=list)
 
@@ -102,6 +104,8 @@ class FakeDevice:
         per_sample *= 1 + self.small_batch_bonus * s.micro_batch
         if s.precision != "fp32":
             per_sample /= self.amp_speed * (self.o2_speed if level_of(s.precision) == "O2" else 1.0)
+        if s.precision == "fp16-safe":
+            per_sample /= self.safe_speed
         step = s.accumulation * (self.overhead + s.micro_batch * per_sample)
         jitter = int(hashlib.sha256(s.label().encode()).hexdigest()[:8], 16) / 0xFFFFFFFF * 2 - 1
         return s.batch / step * (1 + self.noise * jitter)
@@ -120,9 +124,12 @@ class FakeDevice:
         limit = min(self.card_bytes, budget.bytes) if self.kind == "gpu" else math.inf
         if used > limit:  # the allocator fails: no figures
             return dataclasses.replace(base, status="oom", error="MemoryError: (ResourceExhausted) Out of memory")
-        return dataclasses.replace(base, peak_bytes=int(self.peak(s)), reserved_bytes=self.reserved(s),
-                                   step_seconds=s.batch / self.speed(s), samples_per_sec=self.speed(s),
-                                   loss=1.0).judged(budget)
+        measured = dataclasses.replace(base, peak_bytes=int(self.peak(s)), reserved_bytes=self.reserved(s),
+                                       step_seconds=s.batch / self.speed(s), samples_per_sec=self.speed(s),
+                                       loss=1.0).judged(budget)
+        if dtype_of(s.precision) in self.overflows and s.precision != "fp16-safe":
+            return dataclasses.replace(measured, status="unstable", loss=None, error="non-finite loss: [nan, nan]")
+        return measured
 
     def measure(self, budget: int, headroom: float = 0.05):
         """A measure(strategy) function for the Tuner."""
@@ -173,11 +180,12 @@ class Shape:
     budget_bytes: int
     precisions: list[str] = field(default_factory=lambda: list(AMP_PRECISIONS))
     max_accumulation: int = 64
+    to_static: bool = False  # tried for models of your own (python, vision), not for PaddleNLP's
 
     def problem(self) -> SearchProblem:
         return make_problem(self.budget_bytes, self.target_batch, amp_precisions=self.precisions,
                             max_accumulation=self.max_accumulation, speed_rises_with_batch=True,
-                            device=self.device.device())
+                            device=self.device.device(), to_static=self.to_static)
 
 
 def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None = None, amp_precisions=(),
@@ -223,14 +231,27 @@ def gpu_shapes() -> list[Shape]:
                                                  **_transformer(355e6, 24, 1024, 1024, 16, 50257)), 16, 24 * GiB),
         Shape("ViT-B/16, V100 16GB (no bf16)", gpu("V100-SXM2-16GB", 16, bf16=False, per_sample_time=1 / 250,
                                                    amp_speed=3.0, **_transformer(86e6, 12, 197, 768, 12)),
-              1024, 16 * GiB),
+              1024, 16 * GiB, to_static=True),
         Shape("latency-bound small model, 8GB", gpu("T4 8GB slice", 8, bf16=False, per_sample_time=0.0004,
                                                     overhead=0.06, recompute_cost=0.2,
-                                                    **_transformer(30e6, 6, 256, 512, 8)), 512, 8 * GiB),
+                                                    **_transformer(30e6, 6, 256, 512, 8)), 512, 8 * GiB,
+              to_static=True),
         Shape("0.5B decoder, 24GB budget on A100 80GB", gpu("A100-SXM4-80GB", 80, per_sample_time=1 / 20,
                                                             **_transformer(494e6, 24, 1024, 896, 14, 151936)),
               32, 24 * GiB),
         Shape("BERT-large seq 512 fp32 only, max_accumulation 4", gpu("A10 24GB", 24, per_sample_time=1 / 25,
                                                                       **_transformer(340e6, 24, 512, 1024, 16)),
               64, 24 * GiB, precisions=[], max_accumulation=4),
+        Shape("1.3B decoder, fp16 overflows at every size, A100 40GB", gpu(
+            "A100-SXM4-40GB", 40, per_sample_time=1 / 6, overflows=("fp16",),
+            **_transformer(1.3e9, 24, 2048, 2048, 16, 50257)), 32, 40 * GiB),
+        Shape("1.3B decoder, fp16 overflows, V100 32GB (no bf16)", gpu(
+            "V100-SXM2-32GB", 32, bf16=False, per_sample_time=1 / 4, overflows=("fp16",),
+            **_transformer(1.3e9, 24, 1024, 2048, 16, 50257)), 32, 32 * GiB),
+        Shape("latency-bound, recompute buys a larger micro-batch, 6GB", gpu(
+            "T4 6GB slice", 6, bf16=False, per_sample_time=0.0002, overhead=0.08, recompute_cost=0.15,
+            **_transformer(20e6, 8, 512, 512, 8)), 1024, 6 * GiB, to_static=True),
+        Shape("ViT-L/16 seq 197, fp32 3x slower, A100 40GB", gpu(
+            "A100-SXM4-40GB", 40, per_sample_time=1 / 40, amp_speed=3.0, **_transformer(304e6, 24, 197, 1024, 16)),
+              512, 40 * GiB, to_static=True),
     ]

@@ -7,6 +7,7 @@ import itertools
 import pytest
 from fakes import FakeDevice, MiB, make_problem, plan
 
+from vramtune.mechanisms.precision import dtype_of
 from vramtune.records import ProbeResult
 from vramtune.report import Tuned
 from vramtune.search import MemoryModel, SearchProblem, Tuner, choose
@@ -228,10 +229,64 @@ def test_gpu_shapes_are_tuned_in_few_probes_and_near_the_best():
     sys.path.insert(0, str(__import__("conftest").ROOT / "bench"))
     from gpu_shapes import gpu_shapes, run
 
-    for shape in gpu_shapes():
-        row = run(shape)
-        assert row["probes"] <= 13, row
-        assert row["ratio"] >= 0.97 and row["fits"], row
+    rows = [run(shape) for shape in gpu_shapes()]
+    for row in rows:
+        assert row["probes"] <= 13 and row["ratio"] >= 0.97 and row["fits"], row
+    assert sum(row["probes"] <= 12 for row in rows) >= len(rows) - 1, [(r["shape"], r["probes"]) for r in rows]
+
+
+def shape_named(name: str):
+    from fakes import gpu_shapes
+
+    return next(s for s in gpu_shapes() if s.name.startswith(name))
+
+
+def tuned(shape):
+    prob = shape.problem()
+    return Tuner(shape.device.measure(prob.budget.bytes, prob.budget.headroom), prob).run()
+
+
+def test_a_numeric_failure_ends_that_precision_and_fp16_safe_is_tried_only_where_it_can_win():
+    a100 = shape_named("1.3B decoder, fp16 overflows at every size, A100")
+    outcome = tuned(a100)
+    fp16 = [s for s in a100.device.calls if dtype_of(s.precision) == "fp16"]
+    ran = [s for s in fp16 if a100.device.peak(s) <= a100.budget_bytes * 0.95]
+    assert ran == [fp16[-1]], fp16  # the first fp16 probe that fits (and goes non-finite) is its last
+    assert {s.precision for s in fp16} == {"fp16-o2"}  # no fp16 O1, no fp16-safe: bf16 trains stably
+    assert outcome.chosen.strategy.precision == "bf16-o2"
+    assert any(n.startswith("fp16-o2 not searched further: unstable at fp16-o2 m=1 k=32 r=0") for n in outcome.notes)
+    assert "fp16 was unstable (non-finite loss); bf16-o2 trains stably with fp16's bytes and speed: fp16-safe " \
+           "(slower than fp16) not tried" in outcome.notes
+    v100 = shape_named("1.3B decoder, fp16 overflows, V100")  # no bf16: fp16-safe is the answer
+    outcome = tuned(v100)
+    assert outcome.chosen.strategy.precision == "fp16-safe"
+    for precision in ("fp16-o2", "fp16"):  # each level ends at its first probe that runs (and goes non-finite)
+        ran = [s for s in v100.device.calls if s.precision == precision and
+               v100.device.peak(s) <= v100.budget_bytes * 0.95]
+        assert len(ran) == 1, ran
+
+
+def test_a_precision_that_does_not_fit_at_the_best_is_compared_at_a_smaller_micro_batch_not_searched_deep():
+    shape = shape_named("latency-bound, recompute buys")
+    outcome = tuned(shape)
+    fp32 = [s.label() for s in shape.device.calls if s.precision == "fp32"]
+    assert fp32 == ["fp32 m=1024 k=1 r=0", "fp32 m=1024 k=1 r=8", "fp32 m=512 k=2 r=8"], fp32
+    assert any(n.startswith("fp32 not searched further: ") and "at fp32 m=512 k=2 r=8" in n for n in outcome.notes)
+
+
+def test_recompute_is_refined_at_the_final_micro_batch_where_the_prediction_was_wrong():
+    class FirstBlockCheaper(FakeDevice):
+        """Recomputing one block saves more than the line along r says (the first block's input is small)."""
+
+        def peak(self, s):
+            return super().peak(s) - (3 * MiB if s.recomputed_blocks == 1 else 0.0)
+
+    # m=16 must recompute: 74 - 14.4 r MiB; r=1 is 59.6 on the line, over the 57 MiB limit by 4.6% (past the
+    # boundary's 3% margin), but truly 56.6 MiB
+    device = FirstBlockCheaper(fixed=10 * MiB, per_sample=4 * MiB, saved=0.9 * MiB)
+    prob = problem(60 * MiB, max_accumulation=4, to_static=False)
+    outcome = Tuner(device.measure(60 * MiB), prob).run()
+    assert outcome.chosen.strategy.recomputed_blocks == 1, [s.label() for s in device.calls]
 
 
 def test_bf16_is_compared_once_not_searched_again():

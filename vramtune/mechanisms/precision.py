@@ -160,12 +160,30 @@ class Precision(Mechanism):
         for precision in self.amp(search):
             yield {"precision": precision}
         if self.fp16_unstable(search):
-            search.note("fp16 was unstable (non-finite loss): trying fp16-safe (overflow-prone ops in fp32)")
-            yield {"precision": "fp16-safe"}
+            stable = self.stable_bf16(search)
+            if stable:
+                search.note(f"fp16 was unstable (non-finite loss); {stable} trains stably with fp16's bytes and "
+                            "speed: fp16-safe (slower than fp16) not tried")
+            else:
+                search.note("fp16 was unstable (non-finite loss): trying fp16-safe (overflow-prone ops in fp32)")
+                yield {"precision": "fp16-safe"}
         yield {"precision": "fp32"}
 
     def worth_searching(self, candidate, search) -> bool:
+        """Measured at the best configuration; fp16 at another level is not searched once fp16 went non-finite
+        where a bf16 mode trains stably (bf16 has fp16's bytes and speed, and fp32's range)."""
+        if dtype_of(candidate.precision) == "fp16" and candidate.precision != "fp16-safe" and \
+                self.fp16_unstable(search) and self.stable_bf16(search):
+            search.note(f"{candidate.precision} not searched: fp16 went non-finite and "
+                        f"{self.stable_bf16(search)} trains stably")
+            return False
         return search.could_win(self, candidate)
+
+    @staticmethod
+    def stable_bf16(search) -> str | None:
+        """A bf16 mode measured to fit and train stably, if any."""
+        return next((s.precision for s, r in search.results.items() if dtype_of(s.precision) == "bf16" and r.fits),
+                    None)
 
     @staticmethod
     def fp16_unstable(search) -> bool:

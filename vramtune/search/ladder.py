@@ -9,6 +9,7 @@ Throughput is measured, not assumed; memory is predicted (search/memory.py) befo
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -24,6 +25,7 @@ Measure = Callable[[Strategy], ProbeResult]
 Progress = Callable[[str, Strategy, "ProbeResult | None"], None]  # (rung, strategy, None before / result after)
 
 NEIGHBOUR_MARGIN = 0.03  # a neighbour predicted over the limit by more than this is not probed
+REFINE_MARGIN = 0.10  # at the micro-batch chosen, one level less saving is measured unless predicted this far over
 SAME_FAILURES = 2  # this many probes failing alike, with nothing measured, stop the tuning
 
 
@@ -190,7 +192,10 @@ class Tuner:
                 index = low + 1
                 if low >= 0 and predicted[index] is not None and predicted[index] > limit * (1 + NEIGHBOUR_MARGIN):
                     break  # the next one up is confidently over the budget
-            if self.probe(rung, candidates[index]).status == "fits":
+            result = self.probe(rung, candidates[index])
+            if result.status == "unstable":
+                break  # a numeric failure, not a memory one: no other candidate cures it
+            if result.status == "fits":
                 low = index
             else:
                 high = index
@@ -233,36 +238,77 @@ class Tuner:
 
     def could_win(self, mechanism: Mechanism, candidate: Strategy) -> bool:
         """Whether searching the candidate's setting of `mechanism` deep can beat the best so far: measured at the
-        best's configuration (with every axis at its most saving level when that does not fit, and the measured
-        cost of those levels taken off again)."""
+        best's configuration; where it does not fit there, with every axis at its most saving level and their
+        measured cost taken off again, or, without that cost, against the best's setting measured at the same
+        configuration (at smaller micro-batches while the candidate does not fit)."""
         best = self.best()
         if best is None:
             return True
         changes = {f.name: getattr(candidate, f.name) for f in mechanism.fields}
         same = self.probe("compare", best.strategy.with_(**changes))
-        speed = same.samples_per_sec
-        saving = self.most_saving(same.strategy)
-        if not speed and saving != same.strategy:
-            saved = self.probe("compare", saving)
-            model = self.speed(saving)
-            costs = [(model.cost(axis), axis.weight(saving) - axis.weight(same.strategy))
-                     for axis in _roles(roles.AXES)]
-            if saved.samples_per_sec and all(cost is not None for cost, extra in costs if extra):
-                speed = saved.samples_per_sec / max(1e-9, 1 - sum(cost * extra for cost, extra in costs if extra))
-        if speed is None:
+        speed, reference = same.samples_per_sec, best
+        if not speed and same.status != "unstable":
+            same, speed, reference = self.compare_where_it_fits(changes, best)
+        if same.status == "unstable":
+            self.note_unstable(candidate, same)
+            return False
+        if reference is None or not speed or not reference.samples_per_sec:
             return True
-        if speed > best.samples_per_sec * (1 + TIE):
+        if speed > reference.samples_per_sec * (1 + TIE):
             return True
         self.note(f"{mechanism.label(candidate, {})} not searched further: {speed:.1f} samples/s at "
-                  f"{best.strategy.with_(**changes).label()}, no faster than "
-                  f"{best.strategy.label()} at {best.samples_per_sec:.1f}")
+                  f"{reference.strategy.with_(**changes).label()}, no faster than {reference.strategy.label()} at "
+                  f"{reference.samples_per_sec:.1f}")
         return False
+
+    COMPARE_SMALLER = 2  # smaller micro-batches tried for a comparison that does not fit
+
+    def compare_where_it_fits(self, changes: dict[str, Any], best: ProbeResult
+                              ) -> tuple[ProbeResult, float | None, ProbeResult | None]:
+        """(the candidate's probe, its speed, what to compare it with) for the best's configuration with
+        `changes`, every axis at its most saving level."""
+        sizes = [m for m in self.problem.micro_batches if m <= best.strategy.micro_batch][:1 + self.COMPARE_SMALLER]
+        result = self.results[best.strategy.with_(**changes)]
+        for size in sizes:
+            result = self.probe("compare", self.most_saving(self.sized(best.strategy.with_(**changes), size)))
+            if result.status == "unstable":
+                return result, None, None
+            if not result.samples_per_sec:
+                continue
+            if size == best.strategy.micro_batch:
+                plain = self.speed(result.strategy).predict(result.strategy, 1.0)  # the axes' cost as a fraction
+                if plain:
+                    extra = self.speed(result.strategy).predict(best.strategy.with_(**changes), 1.0) or 1.0
+                    return result, result.samples_per_sec * extra / plain, best
+            mine = result.strategy.with_(**{name: getattr(best.strategy, name) for name in changes})
+            modelled = self.speed(mine).predict(mine) if self.problem.speed_rises_with_batch else None
+            if mine not in self.results and modelled:
+                return result, result.samples_per_sec, dataclasses.replace(best, strategy=mine,
+                                                                           samples_per_sec=modelled)
+            return result, result.samples_per_sec, self.probe("compare", mine)
+        return result, None, None
+
+    def unstable(self, base: Strategy) -> ProbeResult | None:
+        """A probe of this outer setting whose loss went non-finite (or whose optimizer never stepped): smaller
+        micro-batches and more recompute do not cure an overflow, so the setting is not searched further."""
+        names = [f.name for m in _roles(roles.OUTER) for f in m.fields]
+        return next((r for s, r in self.results.items() if r.status == "unstable"
+                     and all(getattr(s, name) == getattr(base, name) for name in names)), None)
+
+    def note_unstable(self, base: Strategy, result: ProbeResult) -> None:
+        outer = base.label(without=tuple(m.name for m in MECHANISMS if m.name not in roles.OUTER))
+        self.note(f"{outer} not searched further: unstable at {result.strategy.label()} ({result.error}); a smaller "
+                  "micro-batch or more recompute does not cure a numeric failure")
 
     def deep_search(self, base: Strategy) -> None:
         """The micro-batch boundary and the throughput walk for one outer setting, then the axes at larger
-        micro-batches while larger is faster."""
+        micro-batches while larger is faster; stopped by a numeric failure."""
         ascending = [self.sized(base, m) for m in reversed(self.problem.micro_batches)]
         best_plain = self.boundary("accumulation", ascending)
+        failed = self.unstable(base)
+        if failed is not None:
+            self.note_unstable(base, failed)
+            return
         best: ProbeResult | None = None
         larger_is_faster = True
         start = 0
@@ -280,24 +326,53 @@ class Tuner:
 
     def axis_search(self, axis: Mechanism, plains: list[Strategy], best: ProbeResult | None) -> None:
         """At each larger micro-batch, the least saving level of the axis that fits (predicted, verified), while
-        that is faster than the best so far."""
-        for plain in plains:
+        that is faster than the best so far. Where speed rises smoothly with the micro-batch (GPUs) and the axis'
+        cost is known, it jumps to the micro-batch predicted fastest. The last level found is refined at its own
+        micro-batch: one level less saving is measured where the prediction did not already rule it out by a probe."""
+        index, found_best = 0, None
+        while index < len(plains):
+            index = self.fastest_ahead(axis, plains, index, best)
+            plain = plains[index]
             levels = axis.levels(plain, self)
             if not levels:
-                return
+                break
             estimate = self.estimate_speed(levels)
             if best is not None and estimate is not None and estimate <= best.samples_per_sec * (1 + TIE):
                 outer = plain.label(without=tuple(m.name for m in MECHANISMS if m.name not in roles.OUTER))
                 self.note(f"{outer} micro-batch {plain.micro_batch} with {axis.name} not probed: predicted "
                           f"{estimate:.1f} samples/s, no faster than the best measured {best.samples_per_sec:.1f}")
-                return
+                break
             found = self.boundary(axis.name, levels)
+            failed = self.unstable(plain)
+            if failed is not None:
+                self.note_unstable(plain, failed)
+                return
             if found is None:
-                return  # even the most saving level does not fit: a larger micro-batch will not either
+                break  # even the most saving level does not fit: a larger micro-batch will not either
             result = axis.refine_level(found, self)
             if best is not None and result.samples_per_sec <= best.samples_per_sec * (1 + TIE):
-                return  # the axis at a larger micro-batch is no faster
-            best = result
+                break  # the axis at a larger micro-batch is no faster
+            best, found_best, index = result, (found, levels), index + 1
+        if found_best is not None:
+            self.refine_final(axis, *found_best)
+
+    def fastest_ahead(self, axis: Mechanism, plains: list[Strategy], index: int, best: ProbeResult | None) -> int:
+        """On a GPU, with the axis' cost measured: the index of the micro-batch ahead predicted fastest."""
+        if not (self.problem.speed_rises_with_batch and best is not None):
+            return index
+        estimates = [(speed, i) for i, plain in enumerate(plains[index:], index)
+                     if (levels := axis.levels(plain, self)) and (speed := self.estimate_speed(levels))]
+        return max(estimates)[1] if estimates else index
+
+    def refine_final(self, axis: Mechanism, found: Strategy, levels: list[Strategy]) -> None:
+        """The fewest units of the axis that fit at the micro-batch chosen: one level less saving than found, where
+        no probe has ruled it out and the prediction that stopped the boundary is within the model's error."""
+        position = levels.index(found)
+        if position + 1 >= len(levels) or levels[position + 1] in self.results:
+            return
+        predicted = self.predict(levels[position + 1])
+        if predicted is None or predicted <= self.limit * (1 + REFINE_MARGIN):
+            self.probe(axis.name, levels[position + 1])
 
     def smaller_walk(self, ascending: list[Strategy], index: int, best: ProbeResult,
                      floor: int = 0) -> tuple[ProbeResult, bool]:
