@@ -75,6 +75,7 @@ class ProbeJob:
     settings: dict[str, Any] = field(default_factory=dict)  # mechanism name -> what its child hooks need
     max_grad_norm: float | None = None  # the optimizer clips gradients by their global norm (as the Trainer does)
     seed: int = 0
+    check_sample: bool = True  # one sample through the model first (shape errors as BuildError); off once one measured
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

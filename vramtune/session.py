@@ -35,6 +35,7 @@ class Session:
     budget: Budget
     store: ResultStore
     backend: Backend
+    shapes_checked: bool = False  # a probe of this spec measured: its data fit its model, the next skip the check
 
 
 def resolve_budget(spec: Spec, device: Device) -> int:
@@ -78,8 +79,10 @@ def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
                            device={"name": session.device.name, "kind": session.device.kind},
                            paddle_version=session.device.paddle_version)
     job = job_for(session.spec, strategy, session.device, session.budget)
+    job.check_sample = not session.shapes_checked
     with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
         result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
+    session.shapes_checked = session.shapes_checked or result.peak_bytes is not None  # it trained
     return result.judged(session.budget)
 
 

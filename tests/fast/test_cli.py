@@ -31,6 +31,15 @@ def test_probe_chooses_and_prints_the_choice_on_stdout_too(fake_cli):
     assert "note: fp16 skipped" not in err  # the fake cpu runs everything it is asked
 
 
+def test_only_a_runs_first_measured_probe_pushes_one_sample_through_first(fake_cli):
+    """The shape check (one sample through the model, shape errors as a clear build error) is paid once per run:
+    once a probe has measured, the data fits the model."""
+    cli, backend = fake_cli(small())
+    code, _, err = cli("probe", SPEC)
+    assert code == 0 and len(backend.jobs) > 2, err
+    assert [job.check_sample for job in backend.jobs] == [True] + [False] * (len(backend.jobs) - 1)
+
+
 def test_probe_json_shape(fake_cli):
     cli, _ = fake_cli(small())
     code, out, _ = cli("probe", SPEC, "--json")

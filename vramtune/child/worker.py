@@ -83,7 +83,8 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
     built = build_model(source, source.from_json(job.model), job.spec_dir,
                         lambda config: configure(config, strategy, job.settings))
     phases.done("build")
-    check_one_sample(built)
+    if job.check_sample:
+        check_one_sample(built)
     phases.done("shape_check")
     built.model.train()
     prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters,
