@@ -121,6 +121,13 @@ def test_devices_on_the_command_line_scale_the_per_device_batch(arguments):
     assert load_spec(arguments(sharding="stage1", sharding_parallel_degree=4)).train.target_batch == 64
 
 
+def test_measure_with_devices_keeps_the_files_batch_per_rank(arguments, fake_cli):
+    cli, backend = fake_cli(FakeDevice(per_sample=MiB / 20, blocks=4))
+    code, _, err = cli("measure", arguments(), "-m", 16, "--devices", 2, "--budget", "1GiB", "--json")
+    assert code == 0, err
+    assert (backend.jobs[0].strategy["devices"], backend.jobs[0].strategy["accumulation"]) == (2, 1)
+
+
 def test_the_new_user_files_of_issue_19_every_key_measured_or_refused(arguments, cli):
     """The file a new user tried: 0.2 said ok and measured a full fine-tune. Now the one key that cannot be measured
     is refused by name; without it, every key is read (LoRA, evaluation, flash attention, zero padding)."""

@@ -20,7 +20,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
                 verbose: bool = common.VerboseOpt, **flags: Any) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit)."""
-        spec = common.load(spec_path, common.overrides(budget, device))
+        ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
+        spec = common.load(spec_path, {**common.overrides(budget, device), **ranks})
         if flags.get("micro_batch") is None:
             raise SpecError([Problem(str(spec_path), "--micro-batch", "is required")])
         strategy = session.strategy_from_flags(spec, {k: common.plain(v) for k, v in flags.items()})
