@@ -156,6 +156,11 @@ class FakeBackend:
         result = self.fake.result(Strategy.from_json(job.strategy), budget)
         return dataclasses.replace(result, status="measured" if result.measured else result.status)
 
+    def count(self, job: ProbeJob, timeout: float) -> dict:
+        """The fake model's parameters: its fixed bytes are fp32 AdamW's 16 per parameter, every one trained."""
+        params = int(self.fake.fixed // 16)
+        return {"params": params, "trainable": params, "matmul": params, "layers": 0, "shape": {}}
+
 
 @contextlib.contextmanager
 def file_size_limit(size: int):

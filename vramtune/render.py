@@ -205,3 +205,47 @@ def render_check(verdict: dict[str, Any]) -> None:
     status = verdict["status"]
     style = {"pass": "green", "smoke": "green", "fail": "red"}[status]
     console.print(f"check: [bold {style}]{status}[/]")
+
+
+def render_estimate(estimate: Any) -> None:
+    """Per precision, sharding stage and recompute: the largest micro-batch predicted to fit (and the next one up,
+    over), then the predicted best and what fills its peak."""
+    limit = estimate.budget.limit
+    table = Table(title=f"predicted per-rank peaks within {format_bytes(limit)} ({estimate.devices} rank"
+                        f"{'s' if estimate.devices > 1 else ''}; {estimate.depth_probed} probed on CPU)",
+                  title_justify="left")
+    for column in ("precision", "recompute", "stage", "largest fitting", "its peak", "next up", "its peak"):
+        table.add_column(column, justify="right" if "peak" in column or "fitting" in column or "next" in column
+                         else "left")
+    groups: dict[tuple, list] = {}
+    for row in estimate.rows:
+        groups.setdefault((row.precision, row.recomputed_blocks, row.sharding_stage), []).append(row)
+    for (precision, recomputed, stage), rows in groups.items():
+        rows = sorted(rows, key=lambda r: r.micro_batch)
+        fitting = [r for r in rows if r.fits]
+        over = [r for r in rows if not r.fits and (not fitting or r.micro_batch > fitting[-1].micro_batch)]
+        largest, above = (fitting[-1] if fitting else None), (over[0] if over else None)
+        table.add_row(precision, f"{recomputed}/{estimate.counts.layers}" if recomputed else "-", str(stage),
+                      f"m={largest.micro_batch}" if largest else "none", format_bytes(largest.reserved) if largest
+                      else "-", f"m={above.micro_batch}" if above else "-",
+                      format_bytes(above.reserved) if above else "-")
+    console.print(table)
+    for note in estimate.notes:
+        say(f"note: {note}")
+    best = estimate.best
+    if best is None:
+        console.print(f"[bold red]nothing is predicted to fit[/] {format_bytes(limit)}")
+    else:
+        console.print(f"[bold green]predicted best[/]: {best.precision}, micro-batch {best.micro_batch} x accumulation "
+                      f"{best.accumulation}" + (f" x {best.devices} devices" if best.devices > 1 else "")
+                      + f", recompute {best.recomputed_blocks}/{estimate.counts.layers}"
+                      + (f", sharding stage {best.sharding_stage}" if best.sharding_stage else "")
+                      + f"; peak {format_bytes(best.reserved)} of {format_bytes(limit)}")
+        parts = {"weights": best.weights, "gradients": best.gradients, "optimizer state": best.optimizer_state,
+                 "AMP O1 weight copies": best.amp_copies, "data-parallel buffers": best.buffers,
+                 "activations": best.activations,
+                 "allocator reserve": best.allocator}
+        say("  what fills it: " + ", ".join(f"{name} {format_bytes(size)}" for name, size in parts.items() if size))
+        say("  (the best by vramtune's preferences: AMP O2, then O1, then fp32; no recompute; the largest "
+            "micro-batch; the lowest sharding stage. Speed is not estimated: `vramtune probe` on the card measures it)")
+    say(f"{estimate.probes} CPU probes and a parameter count in {estimate.seconds:.1f}s")

@@ -41,6 +41,8 @@ class Backend(Protocol):
 
     def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult: ...
 
+    def count(self, job: ProbeJob, timeout: float) -> dict[str, Any]: ...
+
 
 @dataclass
 class ChildOutcome:
@@ -224,12 +226,15 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
     return outcome, payload
 
 
+SHARED_FORK_SERVER = ForkServer()
+
+
 class ChildBackend:
     """Real measurements: each probe in a fresh child process running Paddle (on CPU, forked from a warm server
     that has imported Paddle once; VRAMTUNE_FORK=0 starts every probe from scratch)."""
 
     def __init__(self) -> None:
-        self.fork_server = ForkServer()
+        self.fork_server = SHARED_FORK_SERVER  # one per process, whatever the number of backends
 
     @property
     def forking(self) -> bool:
@@ -259,6 +264,16 @@ class ChildBackend:
         outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json(),
                                       launcher, fork)
         return result_from(job, classify(outcome, payload, timeout), outcome.seconds)
+
+    def count(self, job: ProbeJob, timeout: float) -> dict[str, Any]:
+        """The model's parameter counts (child/counting.py): built lazily, never allocated. Raises DeviceError when
+        the child cannot say (a build error, Paddle missing)."""
+        fork = (self.fork_server, SOURCES[job.source].modules) if self.forking else None
+        outcome, payload = run_worker(["count"], {}, timeout, job.to_json(), fork=fork)
+        if payload is None or "error" in payload:
+            reason = (payload or {}).get("error") or classify(outcome, None, timeout)["error"]
+            raise DeviceError(f"counting the model's parameters failed: {reason}")
+        return payload
 
 
 def result_from(job: ProbeJob, outcome: dict[str, Any], seconds: float) -> ProbeResult:

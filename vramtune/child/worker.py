@@ -2,6 +2,7 @@
 
     python -m vramtune.child.worker info  --device auto --out RESULT.json
     python -m vramtune.child.worker probe --job JOB.json --out RESULT.json
+    python -m vramtune.child.worker count --job JOB.json --out RESULT.json   (parameters, never allocated)
 
 A probe measures and reports; it does not judge fit (the parent owns the budget): status `measured`, or what
 went wrong (`oom`, `crashed`, `unstable`, `unsupported`, or a build error).
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
     die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m vramtune.child.worker")
-    parser.add_argument("command", choices=("info", "probe"))
+    parser.add_argument("command", choices=("info", "probe", "count"))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--job")
     parser.add_argument("--out", required=True)
@@ -181,6 +182,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
             payload = run_info(args.device)
         except Exception as error:  # no such device, or a broken Paddle install: say what it raised
             payload = {"error": str(error) if type(error).__name__ == "DeviceUnavailable" else short_error(error)}
+    elif args.command == "count":
+        from vramtune.child.counting import count
+
+        try:
+            payload = count(ProbeJob.from_json(json.loads(Path(args.job).read_text(encoding="utf-8"))))
+        except Exception as error:
+            payload = {"error": short_error(error)}
     else:
         job = json.loads(Path(args.job).read_text(encoding="utf-8"))
         try:

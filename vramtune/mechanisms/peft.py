@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,9 +184,9 @@ class Peft(Mechanism):
                 model = _with_prefix(model, settings["prefix_tokens"])
             if settings["lora"]:
                 model = _with_lora(model, Lora(**settings["lora"]))
-        parameters = list(model.parameters())
-        facts = {"trainable_params": sum(int(p.numel()) for p in parameters if not p.stop_gradient),
-                 "total_params": sum(int(p.numel()) for p in parameters)}
+        sizes = [(math.prod(p.shape), p.stop_gradient) for p in model.parameters()]  # lazy parameters have shapes
+        facts = {"trainable_params": sum(size for size, frozen in sizes if not frozen),
+                 "total_params": sum(size for size, _ in sizes)}
         if settings:
             facts["peft"] = settings
         return model, facts

@@ -1,0 +1,125 @@
+"""`vramtune estimate` over a fake device (no Paddle): the arithmetic, the command's output and exit codes, and the
+published model-state figures for Llama-7B."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import CONFIGS
+from fakes import FakeDevice, MiB
+
+from vramtune.estimating.model import Counts, state
+from vramtune.spec import load_spec
+
+SPEC = CONFIGS / "mlp-python-cpu.yaml"  # target 2048
+
+
+def test_estimate_predicts_what_the_device_measures(fake_cli):
+    device = FakeDevice(fixed=20 * MiB, per_sample=MiB / 20, saved=MiB / 200, blocks=6)
+    cli, backend = fake_cli(device)
+    code, out, err = cli("estimate", SPEC, "--card", "64MiB", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["depth_probed"] == "full depth" and report["probes"] == len(backend.jobs) == 3  # m=1, 2, recompute
+    fp32 = {(r["micro_batch"], r["recomputed_blocks"]): r for r in report["rows"] if r["precision"] == "fp32"}
+    for (micro, recomputed), row in fp32.items():  # linear fake physics: the CPU fp32 figures are exact
+        expected = device.fixed + micro * (device.per_sample - device.saved * recomputed)
+        assert row["peak_bytes"] == pytest.approx(expected, rel=1e-4), (micro, recomputed)
+        assert row["reserved_bytes"] == pytest.approx(expected * 1.08, rel=1e-4)  # the stated GPU reserve
+        assert row["fits"] == (row["reserved_bytes"] <= 64 * MiB * 0.95)
+    o2 = next(r for r in report["rows"] if r["precision"] == "fp16-o2" and r["micro_batch"] == 256)
+    assert o2["activations"] == pytest.approx(0.5 * 256 * device.per_sample, rel=1e-4)  # the stated O2 factor
+    best = report["best"]
+    assert best["precision"] in ("fp16-o2", "bf16-o2") and not best["recomputed_blocks"]
+    assert "predicted best: " in err and "what fills it: weights 2.5 MiB, gradients 2.5 MiB, optimizer state 15.0" in err
+    assert "assumed (stated): AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%" in err
+
+
+def test_estimate_exit_codes(fake_cli):
+    cli, _ = fake_cli(FakeDevice(fixed=200 * MiB, per_sample=MiB, blocks=6))
+    code, _, err = cli("estimate", SPEC, "--card", "64MiB")
+    assert code == 1 and "nothing is predicted to fit 60.8 MiB" in err
+    code, out, err = cli("estimate", SPEC, "--card", "12 parsecs")
+    assert (code, out) == (2, "") and err == (f"error: {SPEC}: --card: unknown unit 'parsecs' in '12 parsecs' (use B, "
+                                              "KiB, MiB, GiB, TiB, KB, MB, GB, TB)\n")
+    code, _, err = cli("estimate", SPEC)
+    assert code == 2 and "Missing option '--card'" in err
+    code, _, err = cli("estimate", SPEC, "--card", "1GiB", "--devices", "3")
+    assert code == 2 and "train.target_batch: 2048 cannot be shared by 3 devices" in err
+
+
+def test_sharding_divides_the_counted_state_by_the_ranks_and_data_parallel_buffers_are_measured_at_two(fake_cli):
+    cli, backend = fake_cli(FakeDevice(fixed=160 * MiB, per_sample=MiB / 100, blocks=6, dp_buffer=30 * MiB))
+    code, out, err = cli("estimate", SPEC, "--card", "1GiB", "--devices", "8", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert [job.strategy["devices"] for job in backend.jobs] == [1, 1, 1, 2]  # m=1, m=2, recompute; then 2 ranks
+    assert report["buffer_ratio"] == pytest.approx(30 / 40)  # the buffers over the 40 MiB of fp32 gradients
+    rows = {(r["precision"], r["sharding_stage"]): r for r in report["rows"] if r["micro_batch"] == 256
+            and not r["recomputed_blocks"]}
+    full = rows[("fp32", 0)]
+    assert full["buffers"] == pytest.approx(30 * MiB, rel=1e-6) and rows[("fp32", 1)]["buffers"] == 0
+    assert rows[("bf16-o2", 0)]["buffers"] == pytest.approx(15 * MiB, rel=1e-6)  # half gradients, half buffers
+    assert rows[("fp32", 1)]["optimizer_state"] == full["optimizer_state"] // 8
+    assert rows[("fp32", 2)]["gradients"] == full["gradients"] // 8
+    assert rows[("fp32", 3)]["weights"] == full["weights"] // 8
+    assert "data parallel's fused gradient buffers (x0.75 of the gradients at 2 ranks" in err
+
+
+LLAMA_7B = Counts(params=6_738_415_616, trainable=6_738_415_616, layernorm=0, matmul=6_607_343_616, layers=32)
+
+
+def test_llama_7b_model_states_equal_the_published_formulas():
+    """fp32 AdamW: 16 B/param (Accelerate's "Training using Adam" for float32); mixed precision with fp32 master
+    weights: 2 + 2 + 12 (the ZeRO paper, Paddle's O2); ZeRO stages over 8: 4P + 12P/8, 2P + 14P/8, 16P/8."""
+    p = LLAMA_7B.params
+    fp32, o2, o1 = (sum(state(LLAMA_7B, precision, "adamw").values()) for precision in ("fp32", "bf16-o2", "bf16"))
+    assert fp32 == o2 == 16 * p == 107_814_649_856
+    assert o1 == 16 * p + 2 * LLAMA_7B.matmul  # + O1's half copies of the matmul weights
+    parts = state(LLAMA_7B, "bf16-o2", "adamw")
+    stage1 = parts["weights"] + parts["gradients"] + parts["optimizer_state"] / 8
+    stage2 = parts["weights"] + (parts["gradients"] + parts["optimizer_state"]) / 8
+    stage3 = (parts["weights"] + parts["gradients"] + parts["optimizer_state"]) / 8
+    assert (stage1, stage2, stage3) == (4 * p + 12 * p / 8, 2 * p + 14 * p / 8, 16 * p / 8)
+    lora = Counts(params=p + 19_988_480, trainable=19_988_480, matmul=LLAMA_7B.matmul, layers=32)  # LoRA r=8
+    assert state(lora, "bf16-o2", "adamw")["optimizer_state"] == 12 * 19_988_480  # the frozen weights: none
+    assert state(lora, "bf16-o2", "adamw")["weights"] == 2 * lora.params
+
+
+def test_the_estimate_command_refuses_what_the_spec_reader_refuses(fake_cli, write_spec):
+    cli, backend = fake_cli(FakeDevice())
+    path = write_spec({"model": {"source": "python"}}, "bad.yaml")
+    code, _, err = cli("estimate", path, "--card", "1GiB")
+    assert code == 2 and backend.jobs == [] and "model.factory: is required" in err
+    assert load_spec(SPEC).train.target_batch == 2048
+
+
+def test_calibrate_replaces_the_stated_factors_with_a_gpu_runs(fake_cli, write_spec, tmp_path):
+    """A GPU run's `probe --json` report: each AMP level's activations over the CPU estimate of fp32's, and what the
+    allocator reserved beyond the peak (this fake's physics: O1 x0.6 with half weight copies, O2 x0.45, +10%)."""
+    from conftest import mlp_spec
+
+    card = FakeDevice(kind="gpu", name="fake A100", card_bytes=2**30, fixed=32 * MiB, per_sample=MiB / 4,
+                      amp_factor=0.6, o2_factor=0.45, amp_cast_bytes=32 * MiB / 8, fragmentation=0.1, blocks=6)
+    cli, _ = fake_cli(card)
+    path = write_spec(mlp_spec(device="gpu", budget="256MiB"), "gpu.yaml")
+    code, out, err = cli("probe", path, "--json")
+    assert code == 0, err
+    (tmp_path / "gpu.json").write_text(out)
+    code, out, err = cli("estimate", path, "--card", "1GiB", "--calibrate", tmp_path / "gpu.json", "--json")
+    assert code == 0, err
+    factors = json.loads(out)["factors"]
+    assert factors["o1_activations"] == pytest.approx(0.6, rel=0.01) and factors["o2_activations"] == pytest.approx(
+        0.45, rel=0.01)
+    assert factors["fragmentation"] == pytest.approx(0.1, abs=0.01)  # rounded up to the allocator's blocks
+    assert factors["source"].startswith("calibrated from ") and "assumed (calibrated from " in err
+    code, _, err = cli("estimate", path, "--card", "1GiB", "--calibrate", tmp_path / "missing.json")
+    assert code == 2 and "missing.json" in err
+
+
+def test_a_probe_that_cannot_run_here_is_one_clear_error(fake_cli):
+    cli, _ = fake_cli(FakeDevice(kind="gpu", card_bytes=MiB, fixed=20 * MiB, per_sample=MiB))  # this "CPU" OOMs
+    code, out, err = cli("estimate", SPEC, "--card", "80GB")
+    assert (code, out) == (2, "") and err.endswith(
+        "error: the estimate's CPU probe at micro-batch 1 did not measure (oom): MemoryError: (ResourceExhausted) Out "
+        "of memory\n"), err

@@ -1,0 +1,83 @@
+"""vramtune's memory estimation tool through Paddle's own auto_tuner (paddle.distributed.auto_tuner.prune's
+prune_by_memory_estimation, which runs `python TOOL --flags` and reads one number in MB from stdout)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vramtune.commands.autotuner_tool import TOOL
+from vramtune.estimating.llama import Llama, Parallel, per_rank_bytes
+
+pytestmark = pytest.mark.paddle
+
+LLAMA_7B = {"hidden_size": 4096, "num_layers": 32, "num_attention_heads": 32, "vocab_size": 32000,
+            "intermediate_size": 11008, "max_sequence_length": 4096}
+
+
+@pytest.fixture
+def python_on_path(tmp_path, monkeypatch):
+    """auto_tuner runs the literal command `python`: make it this interpreter (the tool needs only the stdlib)."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("degrees, pruned", [
+    ({"mp_degree": 8, "pp_degree": 1, "sharding_degree": 1, "dp_degree": 1, "micro_batch_size": 1,
+      "use_recompute": True, "recompute_granularity": "full"}, False),
+    ({"mp_degree": 1, "pp_degree": 1, "sharding_degree": 1, "dp_degree": 8, "micro_batch_size": 8,
+      "use_recompute": False, "recompute_granularity": "full"}, True),
+    ({"mp_degree": 2, "pp_degree": 2, "sharding_degree": 2, "dp_degree": 1, "micro_batch_size": 1,
+      "use_recompute": True, "recompute_granularity": "full"}, False),
+    ({"mp_degree": 2, "pp_degree": 2, "sharding_degree": 2, "dp_degree": 1, "micro_batch_size": 2,
+      "use_recompute": True, "recompute_granularity": "core_attn"}, True),  # [s, s] probabilities at seq 4096
+])
+def test_paddles_prune_by_memory_estimation_runs_the_tool(python_on_path, degrees, pruned):
+    from paddle.distributed.auto_tuner.prune import prune_by_memory_estimation
+
+    tuner_cfg = {"model_cfg": LLAMA_7B, "memory_estimation_tool": str(TOOL), "max_mem_usage": 40}
+    cur_cfg = {"vpp_degree": 1, "sharding_stage": 1, **degrees}
+    assert prune_by_memory_estimation(tuner_cfg, cur_cfg, []) is pruned
+    model = Llama(**{k: v for k, v in LLAMA_7B.items()})
+    parallel = Parallel(micro_batch=degrees["micro_batch_size"], dp=degrees["dp_degree"], mp=degrees["mp_degree"],
+                        pp=degrees["pp_degree"], sharding=degrees["sharding_degree"], stage=1,
+                        recompute=degrees["use_recompute"], granularity=degrees["recompute_granularity"])
+    expected = per_rank_bytes(model, parallel) / 2**20
+    assert cur_cfg["estimated_memory_usage"] == int(round(expected, 2))
+    assert pruned == (expected > 40 * 1024)
+
+
+def test_the_tool_prints_one_number_and_refuses_bad_flags(python_on_path):
+    flags = ["--dp_degree", "1", "--mp_degree", "1", "--pp_degree", "1", "--vpp_degree", "1", "--sharding_degree", "1",
+             "--sharding_stage", "1", "--use_recompute", "False", "--micro_batch_size", "1",
+             "--recompute_granularity", "None", *[f"--{k}={v}" for k, v in LLAMA_7B.items()]]
+    done = subprocess.run(["python", str(TOOL), *flags], capture_output=True, text=True, check=True)
+    assert float(done.stdout) > 100_000 and done.stdout.count("\n") == 1 and done.stderr == ""
+    bad = subprocess.run(["python", str(TOOL), *flags[:-1], "--use_recompute", "maybe"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == "" and "--use_recompute: must be True, False or None" in bad.stderr
+
+
+def test_the_tools_llama_matches_a_measured_cpu_peak(cli, tmp_path, monkeypatch):
+    """fp32, the tiny Llama of tests/specs measured whole on CPU against the tool's formula (its constants were
+    fitted to other shapes: bench/llama_activations.py)."""
+    import json
+    import shutil
+
+    from conftest import SPECS
+
+    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "per_device_train_batch_size": 8,
+                                "max_length": 256, "device": "cpu", "max_grad_norm": 0}))
+    code, out, err = cli("measure", path, "--micro-batch", 8, "--budget", "1GiB", "--json")
+    assert code == 0, err
+    measured = json.loads(out)["peak_bytes"]
+    config = json.loads((tmp_path / "tiny-llama" / "config.json").read_text())
+    model = Llama(config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+                  config["vocab_size"], config["intermediate_size"], 256)
+    predicted = per_rank_bytes(model, Parallel(micro_batch=8), precision="fp32") / 1.08  # allocated, no GPU reserve
+    assert abs(predicted / measured - 1) < 0.08, (predicted, measured)

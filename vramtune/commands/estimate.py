@@ -1,0 +1,57 @@
+"""`vramtune estimate SPEC --card SIZE`: the per-rank peak of every strategy on a card you do not have, from the
+counted state and CPU probes of a depth-reduced copy (vramtune/estimating/)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vramtune import render
+from vramtune.commands import common
+from vramtune.estimating.run import calibrate, estimate
+from vramtune.runner import Backend
+from vramtune.spec import Problem, SpecError
+from vramtune.store import StoreError
+from vramtune.units import SizeError, parse_size
+
+
+def _size(flag: str, value: str, path: Path) -> int:
+    try:
+        return parse_size(int(value) if value.isdigit() else value)
+    except SizeError as error:
+        raise SpecError([Problem(str(path), flag, str(error))]) from None
+
+
+def register(app: typer.Typer, backend: Backend) -> None:
+    @app.command("estimate")
+    @common.exits_cleanly
+    def estimate_command(
+        spec_path: Path = common.SpecArg,
+        card: str = typer.Option(..., "--card", help="the GPU's memory, e.g. 24GiB or 80GB", show_default=False),
+        budget: Optional[str] = typer.Option(None, "--budget", help="the memory a run may use (default: the card)"),
+        devices: Optional[int] = typer.Option(None, "--devices", min=1, help="data-parallel ranks (default: the "
+                                              "spec's; any number, beyond this machine's devices): sharding divides "
+                                              "the state by them"),
+        calibration: Optional[Path] = typer.Option(None, "--calibrate", help="a `probe --json` report from a GPU: "
+                                                   "its probes calibrate the AMP and allocator factors"),
+        json_output: bool = common.JsonOpt,
+    ) -> None:
+        """Estimate every strategy's per-rank peak on a card, without the card (CPU probes, counted state)."""
+        spec = common.load(spec_path, {"devices": devices} if devices else None)
+        card_bytes = _size("--card", card, spec_path)
+        budget_bytes = _size("--budget", budget, spec_path) if budget else None
+        factors = None
+        if calibration is not None:
+            from vramtune.report import Report
+            from vramtune.spec import read_yaml
+
+            try:
+                factors = calibrate(Report.from_json(read_yaml(calibration)), spec, backend, render.say)
+            except (KeyError, TypeError, ValueError) as error:
+                raise StoreError(f"--calibrate {calibration}: {error}") from None
+        result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, factors)
+        render.render_estimate(result)
+        if json_output:
+            render.emit_json(result.to_json())
+        raise typer.Exit(common.EXIT_OK if result.best else common.EXIT_NO_FIT)

@@ -1,0 +1,289 @@
+"""`vramtune estimate`: the answer before the card. The full model's parameters are counted without allocating them;
+activations are measured on CPU probes of a depth-reduced copy (the same width, sequence length and vocabulary where
+a layer fits this machine, narrower otherwise) and extrapolated in depth and micro-batch; what the CPU cannot show
+comes from stated factors (or factors calibrated from saved GPU probes). Every probe runs through the same backend
+as `vramtune probe` (isolated children, saved with the spec's results)."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, row
+from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
+from vramtune.records import Budget, ProbeResult
+from vramtune.report import Report
+from vramtune.runner import DeviceError
+from vramtune.session import job_for, measure_checked, open_session
+from vramtune.spec import Spec, apply_overrides, spec_from_dict
+from vramtune.strategy import Strategy
+
+PROBE_STATE_CAP = 5 << 28  # a probe's fp32 weights, gradients and AdamW state at its deepest: narrower above this
+# (a ~110M Llama's 3 layers and embeddings, 1.1 GB, probe at full width; a 7B layer alone is 3.2 GB)
+DEPTHS = (1, 2)  # plain activations: linear in depth from the first layer on
+RECOMPUTE_DEPTHS = (2, 3)  # recompute's saving from the second on: under LoRA, recomputing the first saves nothing
+GROWTH = 1.25  # activations growing less than this from m to 2m: a transient, not activations, sets the peak
+MAX_MICRO_BATCH = 64
+PROBE_BUDGET = 1 << 40  # CPU budgets are virtual: probes are measured, never judged here
+Say = Callable[[str], None]
+
+
+@dataclass
+class Estimate:
+    spec: str
+    card_bytes: int
+    budget: Budget
+    devices: int
+    counts: Counts
+    fit: ActivationFit
+    factors: Factors
+    rows: list[Row]
+    depth_probed: str  # "1 and 2 of 32 layers", or "full depth"
+    width_scale: float
+    seconds: float
+    probes: int
+    notes: list[str] = field(default_factory=list)
+    buffer_ratio: float = 0.0  # data parallel's buffers over the gradients, measured at 2 ranks (devices > 1)
+
+    @property
+    def best(self) -> Row | None:
+        fitting = [r for r in self.rows if r.fits]
+        return min(fitting, key=Row.preference) if fitting else None
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.best
+        return {"spec": self.spec, "card_bytes": self.card_bytes, "budget_bytes": self.budget.bytes,
+                "limit_bytes": int(self.budget.limit), "devices": self.devices, "counts": vars(self.counts),
+                "activation_fit": vars(self.fit), "factors": vars(self.factors), "depth_probed": self.depth_probed,
+                "width_scale": self.width_scale, "rows": [r.to_json() for r in self.rows],
+                "best": best.to_json() if best else None, "seconds": round(self.seconds, 2), "probes": self.probes,
+                "buffer_ratio": self.buffer_ratio, "notes": self.notes}
+
+
+def _layer_key(shape: dict[str, Any]) -> str | None:
+    return next((key for key in ("num_hidden_layers", "num_layers") if key in shape), None)
+
+
+def width_scale(counts: Counts, base: Counts) -> float:
+    """The width fraction whose deepest probe keeps its weights and gradients under PROBE_STATE_CAP: 1, or halves
+    while the heads (and key/value heads) stay whole. Per-layer parameters scale with its square."""
+    per_layer = (counts.params - base.params) / max(1, counts.layers - 1)
+    outside = base.params - per_layer
+    heads = counts.shape.get("num_attention_heads", 1)
+    kv_heads = counts.shape.get("num_key_value_heads") or heads
+    scale = 1.0
+    deepest = max(RECOMPUTE_DEPTHS)
+    while 16 * (outside * scale + deepest * per_layer * scale**2) > PROBE_STATE_CAP and heads * scale / 2 >= 1 \
+            and (kv_heads * scale / 2) >= 1 and (kv_heads * scale / 2).is_integer():
+        scale /= 2
+    return scale
+
+
+def _probe_spec(spec: Spec, depth: int | None, scale: float, shape: dict[str, Any]) -> Spec:
+    """The spec shrunk for a probe: depth layers (None: as it is), width x scale, on CPU, one warmup and one
+    measured step, no evaluation."""
+    raw = apply_overrides(spec.raw, {"device": "cpu", "budget": PROBE_BUDGET, "headroom": 0.0, "devices": 1,
+                                     "probe.steps": 1, "probe.warmup": 1})
+    raw.get("train", {}).pop("evaluation", None)
+    overrides = dict(raw["model"].get("overrides") or {})
+    key = _layer_key(shape)
+    if depth is not None and key:
+        overrides[key] = depth
+    if scale < 1:
+        for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"):
+            if shape.get(name):
+                overrides[name] = int(shape[name] * scale)
+    if overrides:
+        raw["model"]["overrides"] = overrides
+    return spec_from_dict(raw, spec.path)
+
+
+def _measured(result: ProbeResult) -> ProbeResult:
+    if not result.measured or result.peak_bytes is None or result.state_bytes is None:
+        s = result.strategy
+        raise DeviceError(f"the estimate's CPU probe at micro-batch {s.micro_batch}"
+                          + (f" with {s.recomputed_blocks} blocks recomputed" if s.recomputed_blocks else "")
+                          + (f" on {s.devices} ranks" if s.devices > 1 else "")
+                          + f" did not measure ({result.status}): {result.error or 'no figures'}")
+    return result
+
+
+def _activations(result: ProbeResult) -> float:
+    return float(_measured(result).peak_bytes - result.state_bytes)
+
+
+class _Prober:
+    """The CPU probes of one estimate: the spec shrunk to a depth (and width), every probe counted and said."""
+
+    def __init__(self, spec: Spec, backend: Any, cpu: Any, scale: float, shape: dict[str, Any], say: Say):
+        self.spec, self.backend, self.cpu, self.scale, self.shape, self.say = spec, backend, cpu, scale, shape, say
+        self.results: dict[tuple, ProbeResult] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self.results)
+
+    def probe(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full",
+              devices: int = 1) -> ProbeResult:
+        key = (depth, micro, blocks, granularity, devices)
+        if key in self.results:
+            return self.results[key]
+        session = open_session(_probe_spec(self.spec, depth, self.scale, self.shape), self.backend, self.say,
+                               device=self.cpu, budget_bytes=PROBE_BUDGET)
+        session.shapes_checked = bool(self.results)  # the depth and width change no shape the data meets
+        result = measure_checked(session, Strategy(micro_batch=micro, recomputed_blocks=blocks,
+                                                   recompute_granularity=granularity, devices=devices), self.say)
+        self.results[key] = result
+        self.say(f"  probe depth {depth or 'full'} m={micro}" + (f" recompute {blocks}" if blocks else "")
+                 + (f" on {devices} ranks" if devices > 1 else "")
+                 + f": activations {_activations(result) / 2**20:.1f} MiB ({result.seconds:.1f}s)")
+        return result
+
+    def buffer_ratio(self, depth: int | None, micro: int) -> float:
+        """paddle.DataParallel's fused gradient buffers over the gradients, from one probe at 2 ranks: what its
+        largest rank peaks above the same probe on one (the buffers do not depend on the number of ranks)."""
+        alone, ranks = self.probe(depth, micro), _measured(self.probe(depth, micro, devices=2))
+        return max(0.0, (ranks.peak_bytes - alone.peak_bytes) / max(1, alone.gradient_bytes or 0))
+
+
+def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None, devices: int | None,
+             say: Say, factors: Factors | None = None) -> Estimate:
+    """Count, probe, fit, and predict every strategy's per-rank peak on the card."""
+    start = time.monotonic()
+    factors = factors or Factors()
+    devices = devices or spec.devices
+    cpu = backend.describe("cpu")
+    probe_budget = Budget(PROBE_BUDGET, 0.0)
+    counts = Counts(**backend.count(job_for(spec, Strategy(), cpu, probe_budget), spec.probe.timeout))
+    reduced = bool(_layer_key(counts.shape) and counts.layers > max(RECOMPUTE_DEPTHS))
+    scale = 1.0
+    if reduced:
+        one = _probe_spec(spec, 1, 1.0, counts.shape)
+        scale = width_scale(counts, Counts(**backend.count(job_for(one, Strategy(), cpu, probe_budget),
+                                                           spec.probe.timeout)))
+    depths, recompute_depths = (DEPTHS, RECOMPUTE_DEPTHS) if reduced else ((None,), (None,))
+    probed = f"depth {', '.join(map(str, sorted({*DEPTHS, *RECOMPUTE_DEPTHS})))} of {counts.layers}" if reduced \
+        else "full depth"
+    say(f"estimating {spec.name}: {counts.params:,} parameters ({counts.trainable:,} trained) counted without "
+        f"allocating them; activations from CPU probes at {probed}" + (f", width x{scale:g}" if scale < 1 else ""))
+    prober = _Prober(spec, backend, cpu, scale, counts.shape, say)
+    plain, recomputed, floor = _probe_activations(prober, depths, recompute_depths, counts,
+                                                  spec.settings["recompute"].enabled)
+    if not reduced and recomputed:
+        counts.layers = recomputed[0][0]
+    fit = ActivationFit.fit(plain, recomputed, scale, floor)
+    ratio = prober.buffer_ratio(depths[-1], plain[-1][1]) if devices > 1 else 0.0
+    budget = Budget(budget_bytes or card_bytes, spec.headroom)
+    rows = _rows(spec, counts, fit, factors, budget, devices, ratio)
+    return Estimate(spec.name, card_bytes, budget, devices, counts, fit, factors, rows, probed, scale,
+                    time.monotonic() - start, prober.count, _notes(spec, factors, scale, recomputed, ratio),
+                    buffer_ratio=ratio)
+
+
+def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
+                       counts: Counts, recompute: bool) -> tuple[list[tuple[int, int, float]],
+                                                                 list[tuple[int, int, float]], float]:
+    """(plain points, recomputed points, floor). At the first depth, two micro-batches where activations set the
+    peak: doubling from 1 while a transient the size of no activation (the embedding's gradient, an optimizer
+    temporary) sets it instead, its level the floor, and once more past it, since the first micro-batch above the
+    floor may still sit on it at its half. At the next depth, the smaller of the two. With every layer recomputed, at
+    each recompute depth, at the smaller (the larger, doubled while the floor sets the peak, where there is one)."""
+    first = depths[0]
+    sizes = [1, 2]
+    measured = {m: prober.probe(first, m) for m in sizes}
+    while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
+           and sizes[-1] < MAX_MICRO_BATCH):
+        sizes.append(2 * sizes[-1])
+        measured[sizes[-1]] = prober.probe(first, sizes[-1])
+    if len(sizes) > 2 and sizes[-1] < MAX_MICRO_BATCH:
+        sizes.append(2 * sizes[-1])
+        measured[sizes[-1]] = prober.probe(first, sizes[-1])
+    floor = max((_activations(measured[m]) for m in sizes[:-2]), default=0.0)
+    small, large = sizes[-2:]
+    plain = [(first or counts.layers, m, _activations(measured[m])) for m in (small, large)]
+    plain += [(depth or counts.layers, small, _activations(prober.probe(depth, small))) for depth in depths[1:]]
+    facts = measured[small].facts_of("recompute")
+    total = facts.get("total_blocks") or 0
+    recomputed: list[tuple[int, int, float]] = []
+    if recompute and total:
+        options = facts.get("recompute_options") or {"granularities": ["full"]}
+        granularity = "full" if "full" in options["granularities"] else options["granularities"][0]
+        for depth in recompute_depths:
+            blocks, micro = depth or total, large if floor else small
+            result = prober.probe(depth, micro, blocks, granularity)
+            while floor and _activations(result) < GROWTH * floor and micro < MAX_MICRO_BATCH:
+                micro *= 2
+                result = prober.probe(depth, micro, blocks, granularity)
+            recomputed.append((blocks, micro, _activations(result)))
+    return plain, recomputed, floor
+
+
+def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
+          devices: int, buffer_ratio: float) -> list[Row]:
+    """Every strategy the ladder would consider on a GPU: each precision x micro-batch x recompute x stage."""
+    precisions = ["fp32", *[p for p in AMP_PRECISIONS if p in spec.settings["precision"].allowed]]
+    stages = [0, 1, 2, 3] if devices > 1 and spec.settings["sharding"] else [0]
+    saves = fit.s0 + fit.s1 * counts.layers / fit.width_scale > 0  # recomputing every layer saves memory
+    levels = [0, counts.layers] if spec.settings["recompute"].enabled and saves else [0]
+    per_rank = spec.train.target_batch // devices
+    rows = []
+    for precision in precisions:
+        for stage in stages:
+            for recomputed in levels:
+                for micro in spec.micro_batches():
+                    estimate_row = row(counts, fit, factors, precision=precision, micro_batch=micro,
+                                       accumulation=per_rank // micro, recomputed=recomputed, stage=stage,
+                                       devices=devices, optimizer=spec.train.optimizer, gpu=True,
+                                       master_grad=spec.settings["precision"].master_grad,
+                                       buffer_ratio=buffer_ratio)
+                    estimate_row.fits = budget.fits(estimate_row.reserved)
+                    rows.append(estimate_row)
+    return rows
+
+
+def _notes(spec: Spec, factors: Factors, scale: float, recomputed: list, buffer_ratio: float) -> list[str]:
+    buffers = (f", data parallel's fused gradient buffers (x{buffer_ratio:.2f} of the gradients at 2 ranks, kept at "
+               "any number of ranks; sharding goes without them)") if buffer_ratio else ""
+    notes = [f"measured on CPU: the counted state (exact), fp32 activations (probes){buffers}; assumed "
+             f"({factors.source}): AMP O1 activations x{factors.o1_activations:g} of fp32's, O2 "
+             f"x{factors.o2_activations:g}, the GPU allocator's reserve +{factors.fragmentation:.0%}"]
+    if scale < 1:
+        notes.append(f"the probes were x{scale:g} as wide as the model (a full-width layer does not fit this "
+                     "machine's probes): per-layer activations are assumed to scale with the width")
+    if spec.source == "paddlenlp" and spec.model.config_fields.get("use_flash_attention"):
+        notes.append("use_flash_attention: the CPU measures plain attention ([seq, seq] scores kept): over-stated "
+                     "where flash attention runs")
+    if spec.settings["recompute"].enabled and not recomputed:
+        notes.append("recompute not estimated: the model has no repeated blocks vramtune recomputes")
+    return notes
+
+
+def calibrate(report: Report, spec: Spec, backend: Any, say: Say) -> Factors:
+    """Factors from a GPU tuning run's probes: each AMP level's activations over the CPU estimate of fp32's at the
+    same micro-batch (single-rank probes without recompute, where activations rather than a transient set the
+    peak), and the allocator's reserve over the allocated peak (every probe); medians."""
+    gpu = [p for p in report.probes if p.measured and p.device and p.device.get("kind") == "gpu"]
+    if not gpu:
+        raise ValueError("the report has no measured GPU probe to calibrate from")
+    base = estimate(spec, backend, report.device_bytes, report.budget.bytes, None, say)
+    ratios: dict[str, list[float]] = {"O0": [], "O1": [], "O2": []}
+    reserve = []
+    for probe in gpu:
+        s = probe.strategy
+        if probe.reserved_bytes:
+            reserve.append(probe.reserved_bytes / probe.peak_bytes - 1)
+        fp32 = base.fit.activations(base.counts.layers, s.micro_batch, 0)
+        if s.recomputed_blocks or s.devices > 1 or fp32 <= base.fit.floor or probe.state_bytes is None:
+            continue
+        measured = probe.peak_bytes - probe.state_bytes
+        level = level_of(s.precision)
+        if level == "O1":
+            measured -= 2 * base.counts.matmul
+        ratios[level].append(measured / fp32)
+    stated = Factors()
+    return Factors(o1_activations=statistics.median(ratios["O1"]) if ratios["O1"] else stated.o1_activations,
+                   o2_activations=statistics.median(ratios["O2"]) if ratios["O2"] else stated.o2_activations,
+                   fragmentation=statistics.median(reserve) if reserve else stated.fragmentation,
+                   source=f"calibrated from {len(gpu)} GPU probes")
+
