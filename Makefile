@@ -28,16 +28,18 @@ install: $(STAMP)
 demo: install
 	$(BIN)/vramtune probe configs/bert-mini-cpu.yaml
 
-# The whole suite on Paddle 3.x, then the Paddle tests again on Paddle 2.6.2 (those needing PaddleNLP skip there).
+# The whole suite on Paddle 3.x, then the Paddle tests again on Paddle 2.6.2 (those needing PaddleNLP skip there),
+# each over two pytest workers (pytest-xdist; every test has its own cache and device locks).
+WORKERS ?= 2
 test: install $(STAMP26)
-	$(BIN)/python -m pytest -q
-	$(VENV26)/bin/python -m pytest -q -m paddle
+	$(BIN)/python -m pytest -q -n $(WORKERS)
+	$(VENV26)/bin/python -m pytest -q -n $(WORKERS) -m paddle
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m 'not paddle'
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m 'not paddle'
 
 test-paddle26: $(STAMP26)
-	$(VENV26)/bin/python -m pytest -q -m paddle
+	$(VENV26)/bin/python -m pytest -q -n $(WORKERS) -m paddle
 
 lint: install
 	$(BIN)/ruff check vramtune tests bench examples

@@ -1,2 +1,2 @@
 """vramtune: find the fastest PaddlePaddle training configuration that fits your memory budget."""
-__version__ = "0.2.0"
+__version__ = "0.3.0"
