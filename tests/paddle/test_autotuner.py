@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import needs_paddlenlp
+
 from vramtune.commands.autotuner_tool import TOOL
 from vramtune.estimating.llama import Llama, Parallel, per_rank_bytes
 
