@@ -231,8 +231,7 @@ def test_gpu_shapes_are_tuned_in_few_probes_and_near_the_best():
 
     rows = [run(shape) for shape in gpu_shapes()]
     for row in rows:
-        assert row["probes"] <= 13 and row["ratio"] >= 0.97 and row["fits"], row
-    assert sum(row["probes"] <= 12 for row in rows) >= len(rows) - 1, [(r["shape"], r["probes"]) for r in rows]
+        assert row["probes"] <= 12 and row["ratio"] >= 0.97 and row["fits"], row
 
 
 def shape_named(name: str):
@@ -257,6 +256,12 @@ def test_a_numeric_failure_ends_that_precision_and_fp16_safe_is_tried_only_where
     assert any(n.startswith("fp16-o2 not searched further: unstable at fp16-o2 m=1 k=32 r=0") for n in outcome.notes)
     assert "fp16 was unstable (non-finite loss); bf16-o2 trains stably with fp16's bytes and speed: fp16-safe " \
            "(slower than fp16) not tried" in outcome.notes
+    # fp32 fits the best's micro-batch only with every block recomputed; what recompute costs bf16-o2 there is not
+    # measured: even if recompute cost fp32 all it can (half its throughput), fp32 would be no faster
+    assert [s.label() for s in a100.device.calls if s.precision == "fp32"] == [
+        "fp32 m=32 k=1 r=0", "fp32 m=1 k=32 r=0", "fp32 m=1 k=32 r=24"]
+    assert "bf16-o2 m=1 k=32 r=24" not in [s.label() for s in a100.device.calls]
+    assert any(n.startswith("fp32 not searched further: at most ") for n in outcome.notes), outcome.notes
     v100 = shape_named("1.3B decoder, fp16 overflows, V100")  # no bf16: fp16-safe is the answer
     outcome = tuned(v100)
     assert outcome.chosen.strategy.precision == "fp16-safe"

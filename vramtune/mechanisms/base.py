@@ -71,6 +71,8 @@ class Mechanism:
     nonnegative_term = True  # the fitted memory coefficient cannot be negative
     soft_term = False  # taken as 0 while too few probes pin the base line down
     shares_memory_group = False  # its values within one memory group take the same bytes (fp16 and bf16)
+    most_cost: float | None = None  # the most throughput it can cost, as a fraction, used in full (a bound, not a
+    #                                 measurement: it rules a comparison out before the cost is measured)
 
     # -- the spec (Paddle-free) ----------------------------------------------------------------------------
     def read(self, spec: Sections) -> Any:

@@ -239,16 +239,18 @@ class Tuner:
     def could_win(self, mechanism: Mechanism, candidate: Strategy) -> bool:
         """Whether searching the candidate's setting of `mechanism` deep can beat the best so far: measured at the
         best's configuration; where it does not fit there, with every axis at its most saving level and their
-        measured cost taken off again, or, without that cost, against the best's setting measured at the same
-        configuration (at smaller micro-batches while the candidate does not fit)."""
+        measured cost taken off again, or, without that cost, the most they can cost (`most_cost`) where even that
+        leaves it no faster, or else against the best's setting measured at the same configuration (at smaller
+        micro-batches while the candidate does not fit)."""
         best = self.best()
         if best is None:
             return True
         changes = {f.name: getattr(candidate, f.name) for f in mechanism.fields}
         same = self.probe("compare", best.strategy.with_(**changes))
         speed, reference = same.samples_per_sec, best
+        bound = ""
         if not speed and same.status != "unstable":
-            same, speed, reference = self.compare_where_it_fits(changes, best)
+            same, speed, reference, bound = self.compare_where_it_fits(changes, best)
         if same.status == "unstable":
             self.note_unstable(candidate, same)
             return False
@@ -256,7 +258,7 @@ class Tuner:
             return True
         if speed > reference.samples_per_sec * (1 + TIE):
             return True
-        self.note(f"{mechanism.label(candidate, {})} not searched further: {speed:.1f} samples/s at "
+        self.note(f"{mechanism.label(candidate, {})} not searched further: {bound}{speed:.1f} samples/s at "
                   f"{reference.strategy.with_(**changes).label()}, no faster than {reference.strategy.label()} at "
                   f"{reference.samples_per_sec:.1f}")
         return False
@@ -264,29 +266,41 @@ class Tuner:
     COMPARE_SMALLER = 2  # smaller micro-batches tried for a comparison that does not fit
 
     def compare_where_it_fits(self, changes: dict[str, Any], best: ProbeResult
-                              ) -> tuple[ProbeResult, float | None, ProbeResult | None]:
-        """(the candidate's probe, its speed, what to compare it with) for the best's configuration with
-        `changes`, every axis at its most saving level."""
+                              ) -> tuple[ProbeResult, float | None, ProbeResult | None, str]:
+        """(the candidate's probe, its speed, what to compare it with, "at most " where the speed is a bound) for
+        the best's configuration with `changes`, every axis at its most saving level."""
         sizes = [m for m in self.problem.micro_batches if m <= best.strategy.micro_batch][:1 + self.COMPARE_SMALLER]
         result = self.results[best.strategy.with_(**changes)]
         for size in sizes:
             result = self.probe("compare", self.most_saving(self.sized(best.strategy.with_(**changes), size)))
             if result.status == "unstable":
-                return result, None, None
+                return result, None, None, ""
             if not result.samples_per_sec:
                 continue
             if size == best.strategy.micro_batch:
                 plain = self.speed(result.strategy).predict(result.strategy, 1.0)  # the axes' cost as a fraction
                 if plain:
                     extra = self.speed(result.strategy).predict(best.strategy.with_(**changes), 1.0) or 1.0
-                    return result, result.samples_per_sec * extra / plain, best
+                    return result, result.samples_per_sec * extra / plain, best, ""
+                ceiling = self.ceiling(result)
+                if ceiling is not None and ceiling <= best.samples_per_sec * (1 + TIE):
+                    return result, ceiling, best, "at most "  # no faster even if its axes cost all they can
             mine = result.strategy.with_(**{name: getattr(best.strategy, name) for name in changes})
             modelled = self.speed(mine).predict(mine) if self.problem.speed_rises_with_batch else None
             if mine not in self.results and modelled:
                 return result, result.samples_per_sec, dataclasses.replace(best, strategy=mine,
-                                                                           samples_per_sec=modelled)
-            return result, result.samples_per_sec, self.probe("compare", mine)
-        return result, None, None
+                                                                           samples_per_sec=modelled), ""
+            return result, result.samples_per_sec, self.probe("compare", mine), ""
+        return result, None, None, ""
+
+    @staticmethod
+    def ceiling(result: ProbeResult) -> float | None:
+        """The fastest the result's strategy could run with its axes off: its speed over what they can cost at most."""
+        used = [axis for axis in _roles(roles.AXES) if axis.weight(result.strategy)]
+        if any(axis.most_cost is None for axis in used) or not result.samples_per_sec:
+            return None
+        lost = sum(axis.most_cost for axis in used)
+        return result.samples_per_sec / (1 - lost) if lost < 1 else None
 
     def unstable(self, base: Strategy) -> ProbeResult | None:
         """A probe of this outer setting whose loss went non-finite (or whose optimizer never stepped): smaller
