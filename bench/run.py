@@ -1,6 +1,7 @@
 """Tuning cost and choice quality, side by side in one run, on the CPU configs.
 
-For each spec: vramtune's ladder; an exhaustive grid over (micro-batch divisors x recompute blocks); and a
+For each spec: vramtune's ladder; an exhaustive grid over (micro-batch divisors x recompute blocks), its fastest
+and its tie-ruled choice taken at or above the floor vramtune applies (16 for BatchNorm models); and a
 halving baseline (start at the target, halve the micro-batch on each miss, like Accelerate's
 find_executable_batch_size). Every fitting grid point is measured twice and the spread is reported; ratios
 compare the grid's own (mean) measurements of each choice against both the grid's fastest point and its
@@ -100,14 +101,16 @@ def bench(path: str) -> dict:
 
     tuned = Counter(session)
     start = time.monotonic()
-    chosen = Tuner(tuned, problem).run().chosen
+    tuner = Tuner(tuned, problem)
+    chosen = tuner.run().chosen
     tuned_wall = time.monotonic() - start
     start = time.monotonic()
     points, grid_probes, spread = grid(session, sizes, target)
     grid_wall = time.monotonic() - start
-    fitting = [r for r in points.values() if r.fits]
+    floor = tuner.floor  # the grid's choices obey the same floor on the micro-batch (BatchNorm models: 16)
+    fitting = [r for r in points.values() if r.fits and r.strategy.micro_batch >= floor]
     fastest = max(fitting, key=lambda r: r.samples_per_sec) if fitting else None
-    tie_ruled = choose(points.values())
+    tie_ruled = choose(points.values(), floor)
     halver = Counter(session)
     start = time.monotonic()
     halved = halving(halver, target, sizes)
