@@ -113,6 +113,8 @@ def test_calibrate_replaces_the_stated_factors_with_a_gpu_runs(fake_cli, write_s
         0.45, rel=0.01)
     assert factors["fragmentation"] == pytest.approx(0.1, abs=0.01)  # rounded up to the allocator's blocks
     assert factors["source"].startswith("calibrated from ") and "assumed (calibrated from " in err
+    probes = [line for line in err.splitlines() if line.startswith("  probe ")]
+    assert probes and len(probes) == len(set(probes)), probes  # each CPU probe once: the fit calibrates and predicts
     code, _, err = cli("estimate", path, "--card", "1GiB", "--calibrate", tmp_path / "missing.json")
     assert code == 2 and "missing.json" in err
 

@@ -9,7 +9,7 @@ import typer
 
 from vramtune import render
 from vramtune.commands import common
-from vramtune.estimating.run import calibrate, estimate
+from vramtune.estimating.run import estimate, gpu_probes
 from vramtune.runner import Backend
 from vramtune.spec import Problem, SpecError
 from vramtune.store import StoreError
@@ -41,16 +41,16 @@ def register(app: typer.Typer, backend: Backend) -> None:
         spec = common.load(spec_path, {"devices": devices} if devices else None)
         card_bytes = _size("--card", card, spec_path)
         budget_bytes = _size("--budget", budget, spec_path) if budget else None
-        factors = None
+        probes = None
         if calibration is not None:
             from vramtune.report import Report
             from vramtune.spec import read_yaml
 
             try:
-                factors = calibrate(Report.from_json(read_yaml(calibration)), spec, backend, render.say)
+                probes = gpu_probes(Report.from_json(read_yaml(calibration)))
             except (KeyError, TypeError, ValueError) as error:
                 raise StoreError(f"--calibrate {calibration}: {error}") from None
-        result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, factors)
+        result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
         render.render_estimate(result)
         if json_output:
             render.emit_json(result.to_json())

@@ -140,8 +140,13 @@ def state(counts: Counts, precision: str, optimizer: str, master_grad: bool = Fa
     else:
         weights, gradients = 4 * counts.params, 4 * counts.trainable
         optimizer_bytes = OPTIMIZER_BYTES[optimizer] * counts.trainable
-    copies = 2 * counts.matmul if level == "O1" else 0
-    return {"weights": weights, "gradients": gradients, "optimizer_state": optimizer_bytes, "amp_copies": copies}
+    return {"weights": weights, "gradients": gradients, "optimizer_state": optimizer_bytes,
+            "amp_copies": amp_copies(counts, precision)}
+
+
+def amp_copies(counts: Counts, precision: str) -> int:
+    """AMP O1 keeps a half copy of each matmul and conv weight for backward."""
+    return 2 * counts.matmul if level_of(precision) == "O1" else 0
 
 
 PARTITIONED = {1: ("optimizer_state",), 2: ("optimizer_state", "gradients"),

@@ -1,8 +1,8 @@
 """`vramtune estimate`: the answer before the card. The full model's parameters are counted without allocating them;
 activations are measured on CPU probes of a depth-reduced copy (the same width, sequence length and vocabulary where
 a layer fits this machine, narrower otherwise) and extrapolated in depth and micro-batch; what the CPU cannot show
-comes from stated factors (or factors calibrated from saved GPU probes). Every probe runs through the same backend
-as `vramtune probe` (isolated children, saved with the spec's results)."""
+comes from stated factors (or factors calibrated from a GPU run's probes). Every probe runs through the same backend
+as `vramtune probe` (isolated children)."""
 from __future__ import annotations
 
 import statistics
@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, row
+from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, amp_copies, row
 from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Report
@@ -148,10 +148,10 @@ class _Prober:
 
 
 def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None, devices: int | None,
-             say: Say, factors: Factors | None = None) -> Estimate:
-    """Count, probe, fit, and predict every strategy's per-rank peak on the card."""
+             say: Say, factors: Factors | None = None, calibration: list[ProbeResult] | None = None) -> Estimate:
+    """Count, probe, fit, and predict every strategy's per-rank peak on the card, with the given factors, or with
+    factors calibrated from a GPU run's probes (gpu_probes()) against this fit, or the stated ones."""
     start = time.monotonic()
-    factors = factors or Factors()
     devices = devices or spec.devices
     cpu = backend.describe("cpu")
     probe_budget = Budget(PROBE_BUDGET, 0.0)
@@ -173,6 +173,7 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     if not reduced and recomputed:
         counts.layers = recomputed[0][0]
     fit = ActivationFit.fit(plain, recomputed, scale, floor)
+    factors = factors or (calibrated(calibration, counts, fit) if calibration else Factors())
     ratio = prober.buffer_ratio(depths[-1], plain[-1][1]) if devices > 1 else 0.0
     budget = Budget(budget_bytes or card_bytes, spec.headroom)
     rows = _rows(spec, counts, fit, factors, budget, devices, ratio)
@@ -259,31 +260,31 @@ def _notes(spec: Spec, factors: Factors, scale: float, recomputed: list, buffer_
     return notes
 
 
-def calibrate(report: Report, spec: Spec, backend: Any, say: Say) -> Factors:
-    """Factors from a GPU tuning run's probes: each AMP level's activations over the CPU estimate of fp32's at the
-    same micro-batch (single-rank probes without recompute, where activations rather than a transient set the
-    peak), and the allocator's reserve over the allocated peak (every probe); medians."""
+def gpu_probes(report: Report) -> list[ProbeResult]:
+    """The measured GPU probes of a `probe --json` report, which calibrate the factors."""
     gpu = [p for p in report.probes if p.measured and p.device and p.device.get("kind") == "gpu"]
     if not gpu:
         raise ValueError("the report has no measured GPU probe to calibrate from")
-    base = estimate(spec, backend, report.device_bytes, report.budget.bytes, None, say)
+    return gpu
+
+
+def calibrated(gpu: list[ProbeResult], counts: Counts, fit: ActivationFit) -> Factors:
+    """Factors from a GPU run's probes: each AMP level's activations over this fit's fp32 activations at the same
+    micro-batch (single-rank probes without recompute, where activations rather than a transient set the peak), and
+    the allocator's reserve over the allocated peak (every probe); medians."""
     ratios: dict[str, list[float]] = {"O0": [], "O1": [], "O2": []}
     reserve = []
     for probe in gpu:
         s = probe.strategy
         if probe.reserved_bytes:
             reserve.append(probe.reserved_bytes / probe.peak_bytes - 1)
-        fp32 = base.fit.activations(base.counts.layers, s.micro_batch, 0)
-        if s.recomputed_blocks or s.devices > 1 or fp32 <= base.fit.floor or probe.state_bytes is None:
+        fp32 = fit.activations(counts.layers, s.micro_batch, 0)
+        if s.recomputed_blocks or s.devices > 1 or fp32 <= fit.floor or probe.state_bytes is None:
             continue
-        measured = probe.peak_bytes - probe.state_bytes
-        level = level_of(s.precision)
-        if level == "O1":
-            measured -= 2 * base.counts.matmul
-        ratios[level].append(measured / fp32)
+        measured = probe.peak_bytes - probe.state_bytes - amp_copies(counts, s.precision)
+        ratios[level_of(s.precision)].append(measured / fp32)
     stated = Factors()
     return Factors(o1_activations=statistics.median(ratios["O1"]) if ratios["O1"] else stated.o1_activations,
                    o2_activations=statistics.median(ratios["O2"]) if ratios["O2"] else stated.o2_activations,
                    fragmentation=statistics.median(reserve) if reserve else stated.fragmentation,
                    source=f"calibrated from {len(gpu)} GPU probes")
-
