@@ -189,3 +189,16 @@ def test_recompute_lowers_the_measured_peak(arch):
     """Fresh child processes, as probes run: peak allocated bytes of one AdamW step at r=0 and r=2."""
     plain, recomputed = (vision_recompute.measure(arch, 64, 4, r)["peak"] for r in (0, 2))
     assert recomputed < plain
+
+
+def test_every_batchnorm_kind_gets_the_floor_and_the_estimate_counts_the_same_layers():
+    """The probe's BatchNorm floor and the estimate's fp32-under-O2 count agree on what a BatchNorm is: the older
+    nn.BatchNorm (not a _BatchNormBase) as well as BatchNorm1D/2D and SyncBatchNorm."""
+    from vramtune.child.layer_kinds import BATCHNORM
+    from vramtune.mechanisms.accumulation import MECHANISM as accumulation
+
+    model = nn.Sequential(nn.Conv2D(3, 4, 3), nn.BatchNorm(4), nn.BatchNorm2D(4), nn.SyncBatchNorm(4),
+                          nn.Flatten(), nn.Linear(4, 2), nn.BatchNorm1D(2), nn.LayerNorm(2))
+    _, facts = accumulation.prepare_model(model, None, None)
+    assert facts == {"batchnorm_layers": 4}
+    assert sum(isinstance(layer, BATCHNORM) for layer in model.sublayers()) == 4

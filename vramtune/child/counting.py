@@ -16,6 +16,7 @@ from typing import Any
 
 import paddle
 
+from vramtune.child.layer_kinds import BATCHNORM, LAYERNORM, MATMUL
 from vramtune.child.native_recompute import layer_count
 from vramtune.child.preparing import configure
 from vramtune.mechanisms import MECHANISMS
@@ -23,10 +24,6 @@ from vramtune.records import ProbeJob
 from vramtune.sources import SOURCES
 from vramtune.strategy import Strategy
 
-BATCHNORM = (paddle.nn.BatchNorm, paddle.nn.BatchNorm1D, paddle.nn.BatchNorm2D, paddle.nn.BatchNorm3D,
-             paddle.nn.SyncBatchNorm)
-LAYERNORM = (paddle.nn.LayerNorm, paddle.nn.InstanceNorm1D, paddle.nn.InstanceNorm2D, paddle.nn.InstanceNorm3D)
-MATMUL = (paddle.nn.Linear, paddle.nn.Conv1D, paddle.nn.Conv2D, paddle.nn.Conv3D)
 # the configuration's depth and width, as the estimate shrinks them for its probes
 SHAPE_KEYS = ("num_hidden_layers", "num_layers", "hidden_size", "intermediate_size", "num_attention_heads",
               "num_key_value_heads")
@@ -65,7 +62,7 @@ def count(job: ProbeJob) -> dict[str, Any]:
               "shape": {key: getattr(config, key) for key in SHAPE_KEYS if getattr(config, key, None)}
               if config is not None else {}}
     for layer in model.sublayers(include_self=True):
-        own = [p for p in layer.parameters(include_sublayers=False)]
+        own = layer.parameters(include_sublayers=False)
         counts["params"] += sum(_size(p) for p in own)
         counts["trainable"] += sum(_size(p) for p in own if not p.stop_gradient)
         if isinstance(layer, BATCHNORM):

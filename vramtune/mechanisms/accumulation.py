@@ -86,10 +86,9 @@ class Accumulation(Mechanism):
 
     def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""
-        import paddle
+        from vramtune.child.layer_kinds import BATCHNORM
 
-        batchnorm = getattr(paddle.nn.layer.norm, "_BatchNormBase", paddle.nn.BatchNorm2D)
-        return model, {"batchnorm_layers": sum(isinstance(layer, batchnorm) for layer in model.sublayers())}
+        return model, {"batchnorm_layers": sum(isinstance(layer, BATCHNORM) for layer in model.sublayers())}
 
 
 MECHANISM = Accumulation()
