@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vramtune.mechanisms.precision import level_of
+from vramtune.mechanisms.sharding import PARTITIONED
 from vramtune.search.fitting import least_squares, linear_fit
 
 OPTIMIZER_BYTES = {"adamw": 8, "adam": 8, "momentum": 4, "sgd": 0}  # fp32 state per trainable parameter
@@ -149,8 +150,7 @@ def amp_copies(counts: Counts, precision: str) -> int:
     return 2 * counts.matmul if level_of(precision) == "O1" else 0
 
 
-PARTITIONED = {1: ("optimizer_state",), 2: ("optimizer_state", "gradients"),
-               3: ("optimizer_state", "gradients", "weights")}
+ROW_PART = {"optimizer": "optimizer_state", "gradient": "gradients", "weight": "weights"}  # sharding's names -> Row's
 
 
 def row(counts: Counts, fit: ActivationFit, factors: Factors, *, precision: str, micro_batch: int,
@@ -160,7 +160,7 @@ def row(counts: Counts, fit: ActivationFit, factors: Factors, *, precision: str,
     parts = state(counts, precision, optimizer, master_grad)
     buffers = int(buffer_ratio * parts["gradients"]) if devices > 1 and not stage else 0
     for part in PARTITIONED.get(stage, ()) if devices > 1 else ():
-        parts[part] = parts[part] // devices
+        parts[ROW_PART[part]] //= devices
     activations = fit.activations(counts.layers, micro_batch, recomputed) * factors.activations(precision)
     allocated = sum(parts.values()) + buffers + activations
     allocator = allocated * factors.fragmentation if gpu else 0.0
