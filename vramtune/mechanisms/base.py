@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     from vramtune.reading import Section, Sections
@@ -71,6 +71,8 @@ class Mechanism:
     nonnegative_term = True  # the fitted memory coefficient cannot be negative
     soft_term = False  # taken as 0 while too few probes pin the base line down
     shares_memory_group = False  # its values within one memory group take the same bytes (fp16 and bf16)
+    argument_defaults: ClassVar[dict[str, Any]] = {}  # llm-script keys its to_arguments writes -> what a parser
+    #                                   without them (TrainingArguments alone) leaves: writing nothing says the same
     most_cost: float | None = None  # the most throughput it can cost, as a fraction, used in full (a bound, not a
     #                                 measurement: it rules a comparison out before the cost is measured)
 
@@ -88,8 +90,19 @@ class Mechanism:
         return {}
 
     def to_arguments(self, tuned: Tuned) -> tuple[dict[str, Any], list[str]]:
-        """TrainingArguments keys for the tuned values, and warnings for what does not map."""
+        """PaddleNLP keys for the tuned values (TrainingArguments, or the llm scripts' ModelArgument), and warnings
+        for what does not map."""
         return {}, []
+
+    def inexpressible(self, tuned: Tuned, accepted: frozenset[str]) -> str | None:
+        """Why a PaddleNLP parser whose fields are `accepted` cannot be made to train the tuned values as measured,
+        or None. `apply` then exports the nearest measured configuration it can express, and says so."""
+        return None
+
+    def expressible_neighbour(self, tuned: Tuned) -> Strategy | None:
+        """A configuration next to an inexpressible one that PaddleNLP can train, for `apply` to measure when no
+        saved probe can stand in for it; None when there is none."""
+        return None
 
     def child_settings(self, settings: Any, budget: Budget) -> Any:
         """What the child needs of its settings (JSON), or None. The budget is given for a mechanism that picks
@@ -111,6 +124,16 @@ class Mechanism:
 
     def memory_term(self, strategy: Strategy) -> float:
         """The feature whose fitted coefficient is this mechanism's memory effect; 0 when off."""
+        return 0.0
+
+    def largest_coefficient(self, per_sample: float, facts: Facts) -> float | None:
+        """The most its memory coefficient can be, from the activation bytes per sample measured without it and
+        its facts (a prior that places its first probe; None: no bound)."""
+        return None
+
+    def least_cost(self, strategy: Strategy, facts: Facts) -> float:
+        """The least it slows the strategy, as a fraction of the per-sample compute (a bound, not a measurement:
+        it rules a probe out before the cost is measured); 0 when off or unknown."""
         return 0.0
 
     def known_saving(self, strategy: Strategy, counts: dict[str, float]) -> float:

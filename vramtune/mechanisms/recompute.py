@@ -6,11 +6,15 @@ axis: at one micro-batch, the fewest recomputed blocks that fit, then the model'
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from vramtune.mechanisms.base import Field, Mechanism, Option
 
+LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
 GRANULARITIES = ("full", "full_attn", "core_attn")  # full: the whole block; the others only PaddleNLP models know
+# what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
+MODEL_DEFAULTS = {"recompute_granularity": "full", "no_recompute_layers": None}
 
 
 def _not_negative(value: int) -> str | None:
@@ -33,6 +37,7 @@ class Recompute(Mechanism):
                     _not_negative),
               Field("recompute_granularity", str, "full", "--granularity", "-g", "what a recomputed block recomputes: "
                     "full, or (PaddleNLP models that support it) full_attn / core_attn", _granularity))
+    argument_defaults = MODEL_DEFAULTS
     most_cost = 0.5  # every block recomputed runs each forward once more: a forward is about a third of a step
     facts = ("total_blocks", "block_path", "recompute_options")  # recompute_options: {granularities, partial}
     options = (Option("no_recompute", "--no-recompute", bool, False, "never recompute blocks",
@@ -65,6 +70,17 @@ class Recompute(Mechanism):
             return 0.0  # measured in a memory group of its own
         return -float(strategy.micro_batch * strategy.recomputed_blocks)  # each block saves about e bytes/sample
 
+    def least_cost(self, strategy, facts) -> float:
+        """Each recomputed block runs its forward again: about a third of its compute (forward 1, backward 2);
+        LEAST_COST of it at least, wherever the GPU was not idle anyway."""
+        blocks = facts.get("total_blocks")
+        return LEAST_COST * strategy.recomputed_blocks / blocks if blocks else 0.0
+
+    def largest_coefficient(self, per_sample: float, facts) -> float | None:
+        """A recomputed block saves at most its share of the activations: per sample, 1/L of them."""
+        blocks = facts.get("total_blocks")
+        return per_sample / blocks if blocks else None
+
     def memory_group(self, strategy) -> str:
         partial = strategy.recomputed_blocks and strategy.recompute_granularity != "full"
         return strategy.recompute_granularity if partial else ""
@@ -75,21 +91,39 @@ class Recompute(Mechanism):
         return []
 
     def to_arguments(self, tuned):
+        """A model's own recompute: exactly what was measured. vramtune's wrapper has no PaddleNLP key (the
+        Trainer's `recompute` only reaches layers with their own enable_recompute): see inexpressible()."""
         facts = tuned.facts_of(self.name)
-        recomputed, total = tuned.strategy.recomputed_blocks, facts.get("total_blocks") or 0
+        recomputed, native = tuned.strategy.recomputed_blocks, facts.get("recompute_options")
+        if not (native and recomputed):
+            return {"recompute": False}, []
+        arguments = {"recompute": True, "recompute_granularity": tuned.strategy.recompute_granularity}
+        if native["partial"]:
+            arguments["no_recompute_layers"] = list(range(recomputed, facts["total_blocks"])) or None
+        return arguments, []
+
+    def inexpressible(self, tuned, accepted):
+        facts = tuned.facts_of(self.name)
+        recomputed = tuned.strategy.recomputed_blocks
+        if not recomputed:
+            return None
+        what = f"recompute of {recomputed} of {facts.get('total_blocks', '?')} blocks"
+        if not facts.get("recompute_options"):
+            return (f"{what} ran through vramtune's wrapper, which no PaddleNLP key switches on (the Trainer's "
+                    "`recompute` only reaches layers with their own enable_recompute)")
+        arguments, _ = self.to_arguments(tuned)
+        unsaid = [f"{key}: {json.dumps(value)}" for key, value in arguments.items()
+                  if key not in accepted and (key, value) not in self.argument_defaults.items()]
+        return f"{what} needs {', '.join(unsaid)}, which this parser does not read" if unsaid else None
+
+    def expressible_neighbour(self, tuned):
+        """Every layer at the models' default granularity: `recompute: true` alone says it."""
+        facts = tuned.facts_of(self.name)
         native = facts.get("recompute_options")
-        if native and recomputed:  # the model's own mechanism: exactly what was measured
-            arguments = {"recompute": True, "recompute_granularity": tuned.strategy.recompute_granularity}
-            if native["partial"]:
-                arguments["no_recompute_layers"] = list(range(recomputed, total)) or None
-            return arguments, []
-        warnings = []
-        if 0 < recomputed < total:
-            warnings.append(
-                f"recompute of {recomputed} of {total} blocks does not map: TrainingArguments.recompute recomputes "
-                "every layer (it still fits, but is slower than measured); for exactly the measured configuration "
-                "train with vramtune.runtime")
-        return {"recompute": recomputed > 0}, warnings
+        granularity = self.argument_defaults["recompute_granularity"]
+        if not native or granularity not in native["granularities"]:
+            return None
+        return tuned.strategy.with_(recomputed_blocks=facts["total_blocks"], recompute_granularity=granularity)
 
     # -- search: an axis ---------------------------------------------------------------------------------
     def levels(self, plain, search):
