@@ -1,6 +1,7 @@
 """`vramtune apply SPEC`: write the tuned configuration (from saved results; probes first if there are none)."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 from pathlib import Path
 from typing import Any, Optional
@@ -9,7 +10,11 @@ import typer
 
 from vramtune import export, render, session
 from vramtune.commands import common
+from vramtune.export import expressible
+from vramtune.records import ProbeResult
+from vramtune.report import Report
 from vramtune.runner import Backend
+from vramtune.strategy import Strategy
 
 Format = enum.Enum("Format", {name: name for name in export.FORMATS}, type=str)
 
@@ -50,7 +55,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if not result.chosen:
             render.error(f"nothing fits {spec.name} within the budget; see `vramtune probe {spec_path}`")
             raise typer.Exit(common.EXIT_NO_FIT)
-        text, warnings = export.render(name, spec_path, spec, result)
+        exported = exported_result(spec_session, result, name)
+        note = exported.note(result.chosen, name)
+        text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result))
+        warnings = ([note] if note else []) + warnings
         for warning in warnings:
             render.warn(warning)
         if out is None:
@@ -60,4 +68,25 @@ def register(app: typer.Typer, backend: Backend) -> None:
             render.say(f"wrote {out}")
         if json_output:
             render.emit_json({"output": str(out) if out else "-", "format": name, "warnings": warnings,
-                              "chosen": result.chosen.to_json()})
+                              "chosen": result.chosen.to_json(), "exported": exported.result.to_json(),
+                              "exported_instead_because": exported.why})
+
+
+def exported_result(spec_session: session.Session, report: Report, format_name: str) -> expressible.Exported:
+    """The chosen result, or the nearest measured one the format can say (measuring one more if none fits)."""
+    saved = [result.judged(spec_session.budget) for result in spec_session.store.load().values()]
+
+    def measure(strategy: Strategy) -> ProbeResult:
+        render.say(f"measuring {strategy.label()}: the nearest configuration --format {format_name} can say")
+        result = session.measure(spec_session, strategy, render.say)
+        spec_session.store.save(result)
+        return result
+
+    assert report.chosen is not None
+    floor = expressible.micro_batch_floor(spec_session.spec.settings, report.chosen)
+    try:
+        return expressible.exported(report.chosen, [*report.probes, *saved], export.FORMATS[format_name].ACCEPTED,
+                                    floor, measure)
+    except expressible.NothingExpressible as error:
+        render.error(f"--format {format_name}: {error}; --format yaml says it (train it with vramtune.runtime)")
+        raise typer.Exit(common.EXIT_NO_FIT) from None

@@ -1,4 +1,6 @@
-"""`--format paddlenlp`: PaddleNLP TrainingArguments JSON, each mechanism mapping its own fields."""
+"""`--format paddlenlp`: PaddleNLP TrainingArguments JSON for a Trainer script of the user's own, each mechanism
+mapping its own fields. Only TrainingArguments keys are written (PdArgumentParser refuses any other key); a tuned
+value that is not one goes to stderr and the report."""
 from __future__ import annotations
 
 import json
@@ -7,12 +9,15 @@ from typing import Any
 
 from vramtune.mechanisms import MECHANISMS
 from vramtune.report import Report, Tuned
+from vramtune.spec.paddlenlp_keys import TRAINING_ARGUMENTS
 
 NAME, SUFFIX = "paddlenlp", ".tuned.json"
+ACCEPTED = frozenset(TRAINING_ARGUMENTS)  # PdArgumentParser(TrainingArguments)'s fields
 
 
 def tuned_arguments(tuned: Tuned, optimizer: str) -> tuple[dict[str, Any], list[str]]:
-    """The arguments the tuning decides, and warnings for what does not map exactly."""
+    """The PaddleNLP keys the tuning decides (TrainingArguments and llm-script ModelArgument keys), and warnings
+    for what does not map exactly."""
     arguments: dict[str, Any] = {"do_train": True}
     warnings: list[str] = []
     for mechanism in MECHANISMS:
@@ -26,22 +31,31 @@ def tuned_arguments(tuned: Tuned, optimizer: str) -> tuple[dict[str, Any], list[
                         "Trainer, or it may not fit")
     if tuned.device_kind == "cpu":
         arguments["device"] = "cpu"
-    if "recompute_granularity" in arguments:
-        warnings.append("recompute_granularity / no_recompute_layers are model arguments of PaddleNLP's llm scripts "
-                        "(ModelArgument); with a Trainer script of your own, set them on the model's config before "
-                        "building the model")
     return arguments, warnings
+
+
+def accepted_only(arguments: dict[str, Any], accepted: frozenset[str], parser: str) -> tuple[dict[str, Any],
+                                                                                          list[str]]:
+    """The keys the parser reads; the others are left out (a value a parser without the key leaves anyway
+    silently, any other with a warning naming it)."""
+    defaults = {key: value for mechanism in MECHANISMS for key, value in mechanism.argument_defaults.items()}
+    kept = {key: value for key, value in arguments.items() if key in accepted}
+    left = {key: value for key, value in arguments.items()
+            if key not in accepted and (key not in defaults or defaults[key] != value)}
+    if not left:
+        return kept, []
+    said = ", ".join(f"{key}: {json.dumps(value)}" for key, value in left.items())
+    return kept, [f"not in the file, since {parser} does not read them: {said} (measured so; PaddleNLP's llm scripts "
+                  "read them as model arguments: in a script of your own, apply them to the model as measured)"]
 
 
 def paddlenlp_arguments(spec_name: str, tuned: Tuned, learning_rate: float,
                         optimizer: str = "adamw") -> tuple[dict, list[str]]:
-    """PaddleNLP TrainingArguments fields for a YAML spec's choice, and warnings for what does not map."""
+    """PaddleNLP TrainingArguments fields for a choice, and warnings for what they do not say."""
     arguments: dict[str, Any] = {"output_dir": f"./checkpoints/{spec_name}", "learning_rate": learning_rate}
     tuned_keys, warnings = tuned_arguments(tuned, optimizer)
-    arguments.update(tuned_keys)
-    if warnings:
-        arguments["_vramtune_comment"] = " ".join(warnings)
-    return arguments, warnings
+    kept, left_out = accepted_only({**arguments, **tuned_keys}, ACCEPTED, "PdArgumentParser(TrainingArguments)")
+    return kept, warnings + left_out
 
 
 def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:

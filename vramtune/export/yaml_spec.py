@@ -10,6 +10,7 @@ import yaml
 from vramtune.report import Report, Tuned
 
 NAME, SUFFIX = "yaml", ".tuned.yaml"
+ACCEPTED = None  # vramtune's own reader says every measured configuration
 HEADER = "# tuned by vramtune: measured, fits the budget; `vramtune check` this file in CI\n"
 _TOP_LEVEL_TUNED = re.compile(r"^tuned\s*:.*?(?=^\S|\Z)", re.MULTILINE | re.DOTALL)
 

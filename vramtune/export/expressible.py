@@ -1,0 +1,67 @@
+"""Which measured configuration a format exports: the chosen one where the user's parser can say it, else the
+fastest measured one it can say (from the search's saved probes; one more probe when none of them fits), so that
+the exported file never trains something other than what was measured."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from vramtune.mechanisms import MECHANISMS
+from vramtune.records import ProbeResult
+from vramtune.report import Tuned
+from vramtune.search.choice import choose
+from vramtune.strategy import Strategy
+
+Measure = Callable[[Strategy], ProbeResult]
+
+
+class NothingExpressible(Exception):
+    """No measured configuration that fits can be said in the format."""
+
+
+@dataclass
+class Exported:
+    result: ProbeResult
+    why: str | None = None  # why the chosen configuration was not exported (None: it was)
+
+    def note(self, chosen: ProbeResult, format_name: str) -> str | None:
+        if self.why is None:
+            return None
+        return (f"exported {self.result.label()} ({self.result.samples_per_sec:.1f} samples/s) instead of the "
+                f"chosen {chosen.label()} ({chosen.samples_per_sec:.1f} samples/s): {self.why}; it is the fastest "
+                f"measured configuration that --format {format_name} can say and that fits (for the chosen one: "
+                "--format yaml and vramtune.runtime)")
+
+
+def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str | None:
+    """Why the parser (its fields: `accepted`; None: vramtune's own reader, which says everything) cannot train
+    the result's configuration as measured, or None."""
+    if accepted is None:
+        return None
+    tuned = Tuned(strategy=result.strategy, facts=result.facts)
+    return next((why for mechanism in MECHANISMS if (why := mechanism.inexpressible(tuned, accepted))), None)
+
+
+def micro_batch_floor(settings: dict, chosen: ProbeResult) -> int:
+    """The smallest micro-batch the search would choose (a mechanism's floor, e.g. a BatchNorm model's)."""
+    floors = [floor for m in MECHANISMS if (floor := m.min_micro_batch(settings.get(m.name), chosen.facts_of(m.name)))]
+    return max(floors, default=(1, None))[0]
+
+
+def exported(chosen: ProbeResult, probes: Iterable[ProbeResult], accepted: frozenset[str] | None, floor: int,
+             measure: Measure) -> Exported:
+    """The chosen result if the parser can say it; else the fastest fitting measured one it can say; else the
+    chosen one's expressible neighbour (e.g. every layer recomputed), measured now. Raises NothingExpressible."""
+    why = inexpressible(chosen, accepted)
+    if why is None:
+        return Exported(chosen)
+    best = choose([p for p in probes if p.fits and not inexpressible(p, accepted)], floor)
+    if best is None:
+        tuned = Tuned(strategy=chosen.strategy, facts=chosen.facts)
+        neighbour = next((s for m in MECHANISMS if (s := m.expressible_neighbour(tuned))), None)
+        known = {p.strategy: p for p in probes}
+        result = None if neighbour is None else known.get(neighbour) or measure(neighbour)
+        best = result if result is not None and result.fits and not inexpressible(result, accepted) else None
+    if best is None:
+        raise NothingExpressible(f"{why}, and no measured configuration that the format can say fits the budget")
+    return Exported(best, why)
