@@ -23,7 +23,6 @@ import signal
 import sys
 import time
 import traceback
-import zlib  # noqa: F401  before Paddle: 2.6's libpaddle exports its own zlib, which breaks Python's if loaded first
 from typing import Any
 
 
