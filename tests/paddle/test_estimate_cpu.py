@@ -6,10 +6,9 @@ import json
 import shutil
 
 import pytest
-from conftest import SPECS
+from conftest import SPECS, needs_paddlenlp
 
-pytest.importorskip("paddlenlp")
-pytestmark = pytest.mark.paddle
+pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
 
 @pytest.fixture

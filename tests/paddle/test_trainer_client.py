@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SPECS
+from conftest import ROOT, SPECS, needs_paddlenlp
 
-pytest.importorskip("paddlenlp")
-pytestmark = pytest.mark.paddle
+pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
 RUNNER = ROOT / "tests" / "clients" / "trainer_run.py"
 
