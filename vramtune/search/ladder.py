@@ -166,6 +166,18 @@ class Tuner:
     def predict(self, strategy: Strategy) -> float | None:
         return self.memory_model(strategy).predict(strategy)
 
+    def largest(self, model: MemoryModel) -> dict[str, float]:
+        """Each mechanism's largest memory coefficient, from the activations per sample the model measured."""
+        if model.b is None:
+            return {}
+        return {m.name: bound for m in model.terms
+                if (bound := m.largest_coefficient(model.b, self.facts(m.name))) is not None}
+
+    def least(self, strategy: Strategy) -> float | None:
+        """The fewest bytes the strategy can take (the prior: each mechanism saving the most it can)."""
+        model = self.memory_model(strategy)
+        return model.least(strategy, self.largest(model))
+
     def speed(self, strategy: Strategy) -> SpeedModel:
         return SpeedModel(self.results, strategy, _roles(roles.AXES), modelled_base=self.problem.speed_rises_with_batch)
 
@@ -179,10 +191,17 @@ class Tuner:
                     low = max(low, index)
                 else:
                     high = min(high, index)
+        prior = True  # unfitted coefficients taken at their bound, until a probe fails without figures
         while high - low > 1:
             model = self.memory_model(candidates[0])
             predicted = [model.predict(s) for s in candidates]
+            largest = self.largest(model)
+            least = [model.least(s, largest) for s in candidates]
             inside = range(low + 1, high)
+            if low >= 0 and least[low + 1] is not None and least[low + 1] > limit * (1 + NEIGHBOUR_MARGIN):
+                break  # the next one up cannot fit even if each mechanism saved the most it can
+            if prior:
+                predicted = [p if p is not None else bound for p, bound in zip(predicted, least)]
             hopeful = [i for i in inside if predicted[i] is not None and predicted[i] <= limit]
             if hopeful:
                 index = max(hopeful)
@@ -195,6 +214,7 @@ class Tuner:
             result = self.probe(rung, candidates[index])
             if result.status == "unstable":
                 break  # a numeric failure, not a memory one: no other candidate cures it
+            prior = prior and bool(result.used_bytes)
             if result.status == "fits":
                 low = index
             else:
@@ -350,10 +370,12 @@ class Tuner:
             levels = axis.levels(plain, self)
             if not levels:
                 break
-            estimate = self.estimate_speed(levels)
+            estimate, how = self.estimate_speed(levels), "predicted"
+            if estimate is None:
+                estimate, how = self.most_speed(levels), "at most"
             if best is not None and estimate is not None and estimate <= best.samples_per_sec * (1 + TIE):
                 outer = plain.label(without=tuple(m.name for m in MECHANISMS if m.name not in roles.OUTER))
-                self.note(f"{outer} micro-batch {plain.micro_batch} with {axis.name} not probed: predicted "
+                self.note(f"{outer} micro-batch {plain.micro_batch} with {axis.name} not probed: {how} "
                           f"{estimate:.1f} samples/s, no faster than the best measured {best.samples_per_sec:.1f}")
                 break
             found = self.boundary(axis.name, levels)
@@ -425,6 +447,20 @@ class Tuner:
         if not fitting:
             return None
         return self.speed(levels[0]).predict(fitting[-1], measured)
+
+    def most_speed(self, levels: list[Strategy]) -> float | None:
+        """The most samples/s an axis' levels at one micro-batch can reach before its memory saving and cost are
+        measured: the least saving level that could fit (each unit saving the most it can) at the least the axis
+        can cost (Mechanism.largest_coefficient, least_cost)."""
+        plain = self.results.get(levels[-1])
+        measured = plain.samples_per_sec if plain is not None else None
+        if not measured and not self.problem.speed_rises_with_batch:
+            return None
+        fitting = [s for s in levels if (self.least(s) or float("inf")) <= self.limit]
+        if not fitting:
+            return None
+        least = sum(axis.least_cost(fitting[-1], self.facts(axis.name)) for axis in _roles(roles.AXES))
+        return self.speed(levels[0]).bound(fitting[-1], least, measured)
 
     def finish(self) -> Outcome:
         probes = list(self.results.values())

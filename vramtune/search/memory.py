@@ -105,6 +105,21 @@ class MemoryModel:
             unsaved = self._predict(strategy)
         return None if unsaved is None else unsaved - self.known_saving(strategy)
 
+    def least(self, strategy: Strategy, largest: dict[str, float]) -> float | None:
+        """The fewest bytes the strategy can take: the line with each bounded mechanism's coefficient at its largest
+        (`largest`: name -> Mechanism.largest_coefficient) where that saves more than the fitted one; None where a
+        coefficient is neither fitted nor bounded."""
+        if self.b is None:
+            return None
+        total = self.a + self.b * strategy.micro_batch
+        for mechanism in self.terms:
+            term = mechanism.memory_term(strategy)
+            values = [v for v in (self.coefficients[mechanism.name], largest.get(mechanism.name)) if v is not None]
+            if term and not values:
+                return None
+            total += min((value * term for value in values), default=0.0)
+        return total - self.known_saving(strategy)
+
     def _local(self, strategy: Strategy) -> float | None:
         """At a fixed micro-batch, memory is a line in each other mechanism's term (e.g. recomputed blocks at
         m = 8): two measured points on that line predict it better than the global fit."""

@@ -60,6 +60,16 @@ class SpeedModel:
     def plain(self, micro_batch: int) -> float | None:
         return _plain(self.fit, micro_batch)
 
+    def bound(self, strategy: Strategy, least: float, measured_plain: float | None = None) -> float | None:
+        """The most samples/s the strategy can reach: its measured (or modelled) speed with the axes off, slowed
+        only by `least`, the fraction of the per-sample compute its axes cost at least."""
+        plain = measured_plain or self.plain(strategy.micro_batch)
+        if plain is None:
+            return None
+        per_sample, overhead = self.fit if self.fit is not None else (0.0, 0.0)
+        step = per_sample + overhead / strategy.micro_batch
+        return plain / (1 + least * per_sample / step) if per_sample > 0 and step > 0 else plain
+
     def predict(self, strategy: Strategy, measured_plain: float | None = None) -> float | None:
         """samples/s of a strategy: its measured (or modelled) speed with the axes off, less their costs."""
         plain = measured_plain or self.plain(strategy.micro_batch)
