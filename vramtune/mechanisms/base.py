@@ -131,6 +131,11 @@ class Mechanism:
         its facts (a prior that places its first probe; None: no bound)."""
         return None
 
+    def activation_scale(self, strategy: Strategy) -> float | None:
+        """Its activation bytes over those with it off, where it changes them by a stated factor (AMP's half
+        activations): a prior for a memory group not yet measured, from another's measured activations."""
+        return None
+
     def least_cost(self, strategy: Strategy, facts: Facts) -> float:
         """The least it slows the strategy, as a fraction of the per-sample compute (a bound, not a measurement:
         it rules a probe out before the cost is measured); 0 when off or unknown."""
