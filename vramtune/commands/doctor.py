@@ -1,0 +1,33 @@
+"""`vramtune doctor [--device D] [--json]`: check, on this device, every assumption vramtune's measurements rest on
+(vramtune/doctor/); the result is saved per device and Paddle version. Exit 1 when a check fails."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from vramtune import render
+from vramtune.commands import common
+from vramtune.doctor import saved
+from vramtune.doctor.base import FAIL, PASS, SKIP
+from vramtune.doctor.battery import run_doctor
+from vramtune.doctor.running import checks_of
+from vramtune.runner import Backend
+
+
+def register(app: typer.Typer, backend: Backend) -> None:
+    @app.command()
+    @common.exits_cleanly
+    def doctor(device: Optional[str] = common.DeviceOpt, json_output: bool = common.JsonOpt) -> None:
+        """Check what vramtune's measurements rest on, on this device: counters, budget, AMP, recompute, ranks."""
+        render.say("vramtune doctor: each check in a process of its own")
+        result = run_doctor(device or "auto", checks_of(backend), render.say)
+        counts = {status: sum(c.status == status for c in result.checks) for status in (PASS, FAIL, SKIP)}
+        summary = (f"doctor: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped in "
+                   f"{result.seconds:.1f}s")
+        if result.device is not None:
+            summary += f"; saved to {saved.save(result)}"
+        render.say(summary)
+        if json_output:
+            render.emit_json(result.to_json())
+        raise typer.Exit(common.EXIT_NO_FIT if result.failed else common.EXIT_OK)
