@@ -231,7 +231,7 @@ def test_gpu_shapes_are_tuned_in_few_probes_and_near_the_best():
 
     rows = [run(shape) for shape in gpu_shapes()]
     for row in rows:
-        assert row["probes"] <= 12 and row["ratio"] >= 0.97 and row["fits"], row
+        assert row["probes"] <= 10 and row["ratio"] >= 0.97 and row["fits"], row
 
 
 def shape_named(name: str):
@@ -258,8 +258,11 @@ def test_a_numeric_failure_ends_that_precision_and_fp16_safe_is_tried_only_where
            "(slower than fp16) not tried" in outcome.notes
     # fp32 fits the best's micro-batch only with every block recomputed; what recompute costs bf16-o2 there is not
     # measured: even if recompute cost fp32 all it can (half its throughput), fp32 would be no faster
+    # (fp32 at the best's own configuration, m=1 r=0, is not probed: bf16-o2's measured activations, doubled by the
+    # stated AMP factor, put it past the card, where it truly fails)
     assert [s.label() for s in a100.device.calls if s.precision == "fp32"] == [
-        "fp32 m=32 k=1 r=0", "fp32 m=1 k=32 r=0", "fp32 m=1 k=32 r=24"]
+        "fp32 m=32 k=1 r=0", "fp32 m=1 k=32 r=24"]
+    assert a100.device.peak(plan("fp32", 1, 32)) > a100.budget_bytes
     assert "bf16-o2 m=1 k=32 r=24" not in [s.label() for s in a100.device.calls]
     assert any(n.startswith("fp32 not searched further: at most ") for n in outcome.notes), outcome.notes
     v100 = shape_named("1.3B decoder, fp16 overflows, V100")  # no bf16: fp16-safe is the answer
@@ -275,7 +278,8 @@ def test_a_precision_that_does_not_fit_at_the_best_is_compared_at_a_smaller_micr
     shape = shape_named("latency-bound, recompute buys")
     outcome = tuned(shape)
     fp32 = [s.label() for s in shape.device.calls if s.precision == "fp32"]
-    assert fp32 == ["fp32 m=1024 k=1 r=0", "fp32 m=1024 k=1 r=8", "fp32 m=512 k=2 r=8"], fp32
+    assert fp32 == ["fp32 m=1024 k=1 r=0", "fp32 m=512 k=2 r=8"], fp32  # m=1024 r=8: predicted past the card
+    assert shape.device.peak(plan("fp32", 1024, 1, 8)) > shape.budget_bytes
     assert any(n.startswith("fp32 not searched further: ") and "at fp32 m=512 k=2 r=8" in n for n in outcome.notes)
 
 

@@ -173,6 +173,28 @@ class Tuner:
         return {m.name: bound for m in model.terms
                 if (bound := m.largest_coefficient(model.b, self.facts(m.name))) is not None}
 
+    def prior(self, strategy: Strategy) -> float | None:
+        """Before its memory group is measured: its counted state plus the activations measured in another group
+        (another precision), scaled by the stated factors (Mechanism.activation_scale)."""
+        own = self.memory_model(strategy)
+        for mechanism in MECHANISMS:
+            scale = mechanism.activation_scale(strategy)
+            for field_ in mechanism.fields if scale else ():
+                for value in field_.choices or ():
+                    other = strategy.with_(**{field_.name: value})
+                    model = self.memory_model(other)
+                    if memory_group(other) == memory_group(strategy) or not model.points:
+                        continue
+                    predicted, theirs = model.predict(other), mechanism.activation_scale(other)
+                    if predicted is not None and theirs:
+                        state = sum(own.counts.values()) or model.a
+                        return state + (predicted - model.a) * scale / theirs - own.known_saving(strategy)
+        return None
+
+    def cap(self) -> float:
+        """Above this a probe fails without figures (the budget, or the card below it)."""
+        return min(self.problem.budget.bytes, self.problem.device.total_bytes or self.problem.budget.bytes)
+
     def least(self, strategy: Strategy) -> float | None:
         """The fewest bytes the strategy can take (the prior: each mechanism saving the most it can)."""
         model = self.memory_model(strategy)
@@ -201,7 +223,9 @@ class Tuner:
             if low >= 0 and least[low + 1] is not None and least[low + 1] > limit * (1 + NEIGHBOUR_MARGIN):
                 break  # the next one up cannot fit even if each mechanism saved the most it can
             if prior:
-                predicted = [p if p is not None else bound for p, bound in zip(predicted, least)]
+                unmeasured = not model.points
+                predicted = [p if p is not None else self.prior(s) if unmeasured else bound
+                             for s, p, bound in zip(candidates, predicted, least)]
             hopeful = [i for i in inside if predicted[i] is not None and predicted[i] <= limit]
             if hopeful:
                 index = max(hopeful)
@@ -266,11 +290,11 @@ class Tuner:
         if best is None:
             return True
         changes = {f.name: getattr(candidate, f.name) for f in mechanism.fields}
-        same = self.probe("compare", best.strategy.with_(**changes))
+        same = self.compare_probe(best.strategy.with_(**changes))
         speed, reference = same.samples_per_sec, best
         bound = ""
         if not speed and same.status != "unstable":
-            same, speed, reference, bound = self.compare_where_it_fits(changes, best)
+            same, speed, reference, bound = self.compare_where_it_fits(changes, best, same)
         if same.status == "unstable":
             self.note_unstable(candidate, same)
             return False
@@ -285,14 +309,13 @@ class Tuner:
 
     COMPARE_SMALLER = 2  # smaller micro-batches tried for a comparison that does not fit
 
-    def compare_where_it_fits(self, changes: dict[str, Any], best: ProbeResult
+    def compare_where_it_fits(self, changes: dict[str, Any], best: ProbeResult, result: ProbeResult
                               ) -> tuple[ProbeResult, float | None, ProbeResult | None, str]:
         """(the candidate's probe, its speed, what to compare it with, "at most " where the speed is a bound) for
         the best's configuration with `changes`, every axis at its most saving level."""
         sizes = [m for m in self.problem.micro_batches if m <= best.strategy.micro_batch][:1 + self.COMPARE_SMALLER]
-        result = self.results[best.strategy.with_(**changes)]
         for size in sizes:
-            result = self.probe("compare", self.most_saving(self.sized(best.strategy.with_(**changes), size)))
+            result = self.compare_probe(self.most_saving(self.sized(best.strategy.with_(**changes), size)))
             if result.status == "unstable":
                 return result, None, None, ""
             if not result.samples_per_sec:
@@ -312,6 +335,15 @@ class Tuner:
                                                                            samples_per_sec=modelled), ""
             return result, result.samples_per_sec, self.probe("compare", mine), ""
         return result, None, None, ""
+
+    def compare_probe(self, strategy: Strategy) -> ProbeResult:
+        """A comparison's probe, unless its memory group is unmeasured and the prior puts it past the cap (it would
+        fail without figures): then an unmeasured result (not kept), so the comparison moves on."""
+        predicted = self.prior(strategy) if strategy not in self.results and not \
+            self.memory_model(strategy).points else None
+        if predicted is not None and predicted > self.cap() * (1 + NEIGHBOUR_MARGIN):
+            return ProbeResult("oom", strategy, error="predicted past the budget", rung="prior")
+        return self.probe("compare", strategy)
 
     @staticmethod
     def ceiling(result: ProbeResult) -> float | None:
