@@ -9,10 +9,10 @@ from typing import Any
 import typer
 
 from vramtune import __version__
-from vramtune.commands import apply, autotuner_tool, check, estimate, measure, plot, probe, validate
+from vramtune.commands import apply, autotuner_tool, check, doctor, estimate, measure, plot, probe, validate
 from vramtune.runner import Backend, ChildBackend
 
-COMMANDS = (probe, measure, apply, check, plot, validate, estimate, autotuner_tool)
+COMMANDS = (probe, measure, apply, check, plot, validate, estimate, autotuner_tool, doctor)
 
 
 def make_app(backend: Backend) -> typer.Typer:
