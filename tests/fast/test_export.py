@@ -1,0 +1,61 @@
+"""Which measured configuration `apply` exports when the format cannot say the chosen one (no Paddle)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from fakes import FakeDevice, MiB, plan
+
+from vramtune.export import expressible
+from vramtune.export.paddlenlp_args import ACCEPTED as TRAINER
+from vramtune.spec.paddlenlp_keys import KNOWN as LLM_SCRIPTS
+
+BUDGET = 40 * MiB
+NATIVE = {"granularities": ["full", "core_attn"], "partial": True}
+
+
+def measured(strategy, native=None):
+    result = FakeDevice(per_sample=MiB / 20, saved=MiB / 120, blocks=6, small_batch_bonus=1e-3).measure(BUDGET)(strategy)
+    if native:
+        result = dataclasses.replace(result, facts={"recompute": {**result.facts["recompute"],
+                                                                  "recompute_options": native}})
+    return result
+
+
+def test_the_chosen_is_exported_where_the_parser_says_it():
+    chosen = measured(plan("fp32", 1024, 2, 4), NATIVE)  # no_recompute_layers: an llm-script key
+    assert expressible.exported(chosen, [chosen], LLM_SCRIPTS, 1, measure=None) == expressible.Exported(chosen)
+    assert expressible.exported(chosen, [chosen], None, 1, measure=None) == expressible.Exported(chosen)  # yaml
+
+
+def test_with_no_saved_probe_to_stand_in_the_neighbour_is_measured_once():
+    chosen = measured(plan("fp32", 1024, 2, 4), NATIVE)
+    plain = measured(plan("fp32", 1024, 2), NATIVE)
+    assert chosen.fits and not plain.fits
+    asked = []
+
+    def measure(strategy):
+        asked.append(strategy)
+        return measured(strategy, NATIVE)
+
+    exported = expressible.exported(chosen, [chosen, plain], TRAINER, 1, measure)
+    assert asked == [plan("fp32", 1024, 2, 6)] and exported.result.strategy == asked[0] and exported.result.fits
+    assert exported.why == "recompute of 4 of 6 blocks needs no_recompute_layers: [4, 5], which this parser does not read"
+    assert exported.note(chosen, "paddlenlp").startswith(
+        f"exported fp32 m=1024 k=2 r=6/6 ({exported.result.samples_per_sec:.1f} samples/s) instead of the chosen "
+        f"fp32 m=1024 k=2 r=4/6 ({chosen.samples_per_sec:.1f} samples/s): recompute of 4 of 6 blocks needs")
+
+
+def test_a_saved_fitting_probe_stands_in_without_measuring_and_the_floor_holds():
+    chosen = measured(plan("fp32", 512, 4, 2))  # vramtune's wrapper: no PaddleNLP key says it
+    small, smaller = measured(plan("fp32", 256, 8)), measured(plan("fp32", 128, 16))
+    assert small.fits and smaller.fits and smaller.samples_per_sec > small.samples_per_sec * 1.05  # CPU caches
+    exported = expressible.exported(chosen, [chosen, small, smaller], TRAINER, 256, measure=None)
+    assert exported.result is small and exported.why.startswith("recompute of 2 of 6 blocks ran through vramtune's")
+    assert expressible.exported(chosen, [chosen, small, smaller], TRAINER, 1, measure=None).result is smaller
+
+
+def test_nothing_expressible_fits():
+    chosen = measured(plan("fp32", 1024, 2, 4))
+    with pytest.raises(expressible.NothingExpressible, match="no measured configuration that the format can say"):
+        expressible.exported(chosen, [chosen, measured(plan("fp32", 1024, 2))], TRAINER, 1, measure=None)
