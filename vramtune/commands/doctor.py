@@ -12,16 +12,22 @@ from vramtune.doctor import saved
 from vramtune.doctor.base import FAIL, PASS, SKIP
 from vramtune.doctor.battery import run_doctor
 from vramtune.doctor.running import checks_of
-from vramtune.runner import Backend
+from vramtune.runner import Backend, DeviceError
+
+DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", help="the device to check (default: auto, "
+                         "a GPU where Paddle sees one)")
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     @common.exits_cleanly
-    def doctor(device: Optional[str] = common.DeviceOpt, json_output: bool = common.JsonOpt) -> None:
+    def doctor(device: Optional[str] = DeviceOpt, json_output: bool = common.JsonOpt) -> None:
         """Check what vramtune's measurements rest on, on this device: counters, budget, AMP, recompute, ranks."""
         render.say("vramtune doctor: each check in a process of its own")
-        result = run_doctor(device or "auto", checks_of(backend), render.say)
+        checks = checks_of(backend)
+        if checks is None:
+            raise DeviceError("this measuring backend runs no doctor checks")
+        result = run_doctor(device or "auto", checks, render.say)
         counts = {status: sum(c.status == status for c in result.checks) for status in (PASS, FAIL, SKIP)}
         summary = (f"doctor: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped in "
                    f"{result.seconds:.1f}s")

@@ -1,6 +1,6 @@
 """Running a check's parts: each in a fresh child process (the probe's machinery: its own process group, a timeout,
 the same classification of what happened), or over the ranks of `paddle.distributed.launch`. A backend may bring
-its own `checks` (fake devices do); otherwise the checks run in real children."""
+its own `checks` (a test gives a fake device some); the real backend's run in real children."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from vramtune.doctor.base import Check, CheckRun
 from vramtune.ranks import launcher_env, rank_logs, read_rank_results
-from vramtune.runner import ChildProcess, child_command, classify
+from vramtune.runner import ChildBackend, ChildProcess, child_command, classify
 
 CHILD = Path(__file__).resolve().parent / "child.py"
 TIMEOUT = 300.0  # seconds per part
@@ -62,5 +62,7 @@ def _ranks_payload(payloads: list[dict[str, Any] | None], logs: list[str]) -> di
     return {"status": "measured", "ranks": payloads}
 
 
-def checks_of(backend: Any) -> Checks:
-    return getattr(backend, "checks", None) or ChildChecks()
+def checks_of(backend: Any) -> Checks | None:
+    """The backend's own checks (fakes bring theirs), real children for the real backend, else None (a backend that
+    runs no checks is not gated)."""
+    return getattr(backend, "checks", None) or (ChildChecks() if isinstance(backend, ChildBackend) else None)
