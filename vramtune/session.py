@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from vramtune.doctor.gate import DoctorFailed, require_doctor
 from vramtune.export import ExportError
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
@@ -25,7 +26,7 @@ from vramtune.strategy import Strategy
 Say = Callable[[str], None]
 
 
-USER_ERRORS = (SpecError, DeviceError, StoreError, BuildFailure, ExportError)  # exit code 2
+USER_ERRORS = (SpecError, DeviceError, StoreError, BuildFailure, ExportError, DoctorFailed)  # exit code 2
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Session:
     store: ResultStore
     backend: Backend
     shapes_checked: bool = False  # a probe of this spec measured: its data fit its model, the next skip the check
+    doctor_checked: bool = False  # the checks GPU measurements depend on passed (vramtune/doctor/gate.py)
 
 
 def resolve_budget(spec: Spec, device: Device) -> int:
@@ -78,6 +80,9 @@ def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
         return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
                            device={"name": session.device.name, "kind": session.device.kind},
                            paddle_version=session.device.paddle_version)
+    if session.device.kind == "gpu" and not session.doctor_checked:
+        require_doctor(session.device, session.backend, on_wait)
+        session.doctor_checked = True
     job = job_for(session.spec, strategy, session.device, session.budget)
     job.check_sample = not session.shapes_checked
     with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
