@@ -259,4 +259,10 @@ def gpu_shapes() -> list[Shape]:
         Shape("ViT-L/16 seq 197, fp32 3x slower, A100 40GB", gpu(
             "A100-SXM4-40GB", 40, per_sample_time=1 / 40, amp_speed=3.0, **_transformer(304e6, 24, 197, 1024, 16)),
               512, 40 * GiB, to_static=True),
+        Shape("GPT-2 medium seq 2048, 24GB budget on A100 80GB: only m=1 fits", gpu(
+            "A100-SXM4-80GB", 80, per_sample_time=1 / 5, **_transformer(355e6, 24, 2048, 1024, 16, 50257)),
+              64, 24 * GiB),
+        Shape("latency-bound small BERT, logits most of its memory, T4 16GB (no bf16)", gpu(
+            "T4 16GB", 16, bf16=False, per_sample_time=0.00005, overhead=0.05, recompute_cost=0.2,
+            **_transformer(11e6, 4, 128, 256, 4, 30522)), 2048, 16 * GiB, to_static=True),
     ]
