@@ -191,6 +191,11 @@ class Tuner:
                         return state + (predicted - model.a) * scale / theirs - own.known_saving(strategy)
         return None
 
+    def expected(self, strategy: Strategy) -> float | None:
+        """Its predicted bytes: from its memory group's probes, or before any, the prior."""
+        model = self.memory_model(strategy)
+        return model.predict(strategy) if model.points else self.prior(strategy)
+
     def cap(self) -> float:
         """Above this a probe fails without figures (the budget, or the card below it)."""
         return min(self.problem.budget.bytes, self.problem.device.total_bytes or self.problem.budget.bytes)
@@ -312,15 +317,22 @@ class Tuner:
     def compare_where_it_fits(self, changes: dict[str, Any], best: ProbeResult, result: ProbeResult
                               ) -> tuple[ProbeResult, float | None, ProbeResult | None, str]:
         """(the candidate's probe, its speed, what to compare it with, "at most " where the speed is a bound) for
-        the best's configuration with `changes`, every axis at its most saving level."""
+        the best's configuration with `changes` at a smaller micro-batch with every axis off where that is predicted
+        to fit, else every axis at its most saving level at the best's micro-batch or a smaller one."""
         sizes = [m for m in self.problem.micro_batches if m <= best.strategy.micro_batch][:1 + self.COMPARE_SMALLER]
-        for size in sizes:
-            result = self.compare_probe(self.most_saving(self.sized(best.strategy.with_(**changes), size)))
+        plains = [self.without_axes(self.sized(best.strategy.with_(**changes), size)) for size in sizes]
+        def modelled(strategy: Strategy) -> bool:  # the best's speed at its size is modelled: no probe of it
+            mine = strategy.with_(**{name: getattr(best.strategy, name) for name in changes})
+            return self.problem.speed_rises_with_batch and self.speed(mine).plain(mine.micro_batch) is not None
+
+        hopeful = [s for s in plains[1:] if (self.expected(s) or float("inf")) <= self.limit and modelled(s)]
+        for strategy in hopeful[:1] + [self.most_saving(s) for s in plains]:
+            result = self.compare_probe(strategy)
             if result.status == "unstable":
                 return result, None, None, ""
             if not result.samples_per_sec:
                 continue
-            if size == best.strategy.micro_batch:
+            if strategy.micro_batch == best.strategy.micro_batch:
                 plain = self.speed(result.strategy).predict(result.strategy, 1.0)  # the axes' cost as a fraction
                 if plain:
                     extra = self.speed(result.strategy).predict(best.strategy.with_(**changes), 1.0) or 1.0
