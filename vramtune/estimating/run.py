@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, amp_copies, row
 from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
 from vramtune.records import Budget, ProbeResult
@@ -173,7 +174,8 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     if not reduced and recomputed:
         counts.layers = recomputed[0][0]
     fit = ActivationFit.fit(plain, recomputed, scale, floor)
-    factors = factors or (calibrated(calibration, counts, fit) if calibration else Factors())
+    factors = factors or (calibrated(calibration, counts, fit) if calibration
+                          else doctor_factors(card_bytes, cpu.paddle_version) or Factors())
     ratio = prober.buffer_ratio(depths[-1], plain[-1][1]) if devices > 1 else 0.0
     budget = Budget(budget_bytes or card_bytes, spec.headroom)
     rows = _rows(spec, counts, fit, factors, budget, devices, ratio)
