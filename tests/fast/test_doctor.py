@@ -255,3 +255,38 @@ def test_doctor_result_round_trips_and_other_devices_keep_their_own(doctor_cli, 
         assert cli("doctor")[0] == 0
     assert sorted(p.name for p in private_cache.glob("doctor/*.json")) == [
         "gpu-fake-A100-80GB-paddle-0.0-fake.json", "gpu-fake-L4-paddle-0.0-fake.json"]
+
+
+def test_estimate_takes_amp_ratios_and_the_reserve_from_a_saved_doctor_result_of_the_card(doctor_cli):
+    card = gpu("fake A100 80GB", 80, amp_factor=0.6, o2_factor=0.45, fragmentation=0.1, noise=0.0)
+    cli, _, _ = doctor_cli(card)
+    code, out, err = cli("estimate", SPEC, "--card", "80GiB", "--json")
+    assert code == 0, err
+    assert json.loads(out)["factors"] == {"o1_activations": 0.55, "o2_activations": 0.5, "fragmentation": 0.08,
+                                          "source": "stated"}
+    assert "note: measured on CPU: the counted state (exact), fp32 activations (probes); assumed (stated): AMP O1 " \
+           "activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%" in err
+    assert cli("doctor")[0] == 0
+    code, out, err = cli("estimate", SPEC, "--card", "80GiB", "--json")
+    factors = json.loads(out)["factors"]
+    assert code == 0, err
+    assert factors["o1_activations"] == pytest.approx(0.6) and factors["o2_activations"] == pytest.approx(0.45)
+    assert factors["fragmentation"] == pytest.approx(0.1)  # 60 MiB x 1.1 is whole 2 MiB blocks
+    source = ("AMP O1 activations, AMP O2 activations, the allocator's reserve measured by vramtune doctor on fake "
+              "A100 80GB, Paddle 0.0-fake, 20")
+    assert factors["source"].startswith(source) and f"assumed ({source}" in err
+    assert "O2 x0.45, the GPU allocator's reserve +10%" in err
+    code, out, _ = cli("estimate", SPEC, "--card", "24GiB", "--json")
+    assert json.loads(out)["factors"]["source"] == "stated"  # another card: nothing measured for it
+
+
+def test_estimate_uses_only_the_figures_of_passed_doctor_checks(doctor_cli):
+    cli, _, checks = doctor_cli(gpu("fake A100 80GB", 80, fragmentation=0.1, noise=0.0))
+    checks.faults[("amp", "fp16-O1")] = {"peak": 70 * MiB}  # O1 saves nothing: the AMP check fails
+    assert cli("doctor")[0] == 1
+    _, out, _ = cli("estimate", SPEC, "--card", "80GiB", "--json")
+    factors = json.loads(out)["factors"]
+    assert (factors["o1_activations"], factors["o2_activations"]) == (0.55, 0.5)
+    assert factors["fragmentation"] == pytest.approx(0.1)
+    assert factors["source"].startswith("the allocator's reserve measured by vramtune doctor on fake A100 80GB")
+    assert factors["source"].endswith("; stated: AMP O1 activations, AMP O2 activations")
