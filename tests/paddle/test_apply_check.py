@@ -86,35 +86,24 @@ def test_apply_force_on_a_tuned_file_replaces_its_tuned_section(tuned_file, cli,
 
 
 @needs_paddlenlp
-def test_paddlenlp_export_loads_with_pdargumentparser(tuned_file, cli):
+def test_paddlenlp_export_loads_with_pdargumentparser_as_it_is(tuned_file, cli):
+    """Whatever CPU timing chose: the file loads as it is, and says a configuration that was measured and fits. The
+    MLP's blocks recompute through vramtune's wrapper, which no TrainingArguments key switches on, so a choice with
+    recompute is exported as the fastest measured one without (tests/paddle/test_export.py fixes that case)."""
+    import scipy  # noqa: F401  on Paddle 2.6, scipy before paddle
     from paddlenlp.trainer import PdArgumentParser, TrainingArguments
 
     out = tuned_file.with_name("mlp.tuned.json")
-    code, _, err = cli("apply", tuned_file.with_name("mlp.yaml"), "--format", "paddlenlp", "--force")
+    code, stdout, err = cli("apply", tuned_file.with_name("mlp.yaml"), "--format", "paddlenlp", "--force", "--json")
     assert code == 0, err
-    tuned = yaml.safe_load(tuned_file.read_text())["tuned"]
-    (args,) = PdArgumentParser(TrainingArguments).parse_json_file(str(out))
-    assert args.per_device_train_batch_size == tuned["micro_batch"]
-    assert args.gradient_accumulation_steps == tuned["accumulation"]
-    assert (args.fp16, args.bf16, args.recompute) == (False, False, tuned["recomputed_blocks"] > 0)
-
-
-@needs_paddlenlp
-def test_paddlenlp_export_warns_about_partial_recompute():
-    from paddlenlp.trainer import PdArgumentParser, TrainingArguments
-
-    from vramtune.export.paddlenlp_args import paddlenlp_arguments
-    from vramtune.report import Tuned
-    section = {"precision": "fp16", "micro_batch": 4, "accumulation": 8, "recomputed_blocks": 2,
-               "total_blocks": 12, "device_kind": "gpu"}
-    arguments, warnings = paddlenlp_arguments("bert", Tuned.from_json(section), 5e-5)
-    assert warnings and warnings[0].startswith("recompute of 2 of 12 blocks does not map")
-    assert arguments["_vramtune_comment"] == warnings[0]
-    parser = PdArgumentParser(TrainingArguments)
-    args, remaining = parser.parse_args_into_dataclasses([f"--{k}={v}" for k, v in arguments.items()],
-                                                         return_remaining_strings=True)
-    assert args.recompute is True and args.fp16_opt_level == "O1"
-    assert remaining == [f"--_vramtune_comment={warnings[0]}"]
+    applied = json.loads(stdout)
+    exported = applied["exported"]
+    assert exported["status"] == "fits" and exported["recomputed_blocks"] == 0
+    assert (applied["exported_instead_because"] is None) == (applied["chosen"]["recomputed_blocks"] == 0)
+    (args,) = PdArgumentParser(TrainingArguments).parse_json_file(str(out))  # unknown keys would be refused
+    assert args.per_device_train_batch_size == exported["micro_batch"]
+    assert args.gradient_accumulation_steps == exported["accumulation"]
+    assert (args.fp16, args.bf16, args.recompute) == (False, False, False)
 
 
 def test_example_training_script_peaks_as_tuned(tuned_file):
