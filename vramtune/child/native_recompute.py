@@ -35,7 +35,15 @@ SUPPORT = {
 EVERY_LAYER = Support(("full",), False)
 
 
+def is_formers(config: Any) -> bool:
+    """A PaddleFormers 1.x model's configuration: its models recompute every layer when granularity is full, method
+    uniform and the layer count 1 (Llama, Qwen, ERNIE-4.5 code), and nothing otherwise."""
+    return type(config).__module__.startswith("paddleformers.")
+
+
 def support(config: Any) -> Support:
+    if is_formers(config):
+        return EVERY_LAYER
     return SUPPORT.get(getattr(config, "model_type", ""), EVERY_LAYER)
 
 
@@ -59,11 +67,15 @@ def configure(config: Any, strategy: Any) -> None:
         raise BlockError(f"recomputed_blocks {recomputed}: PaddleNLP's {kind} recomputes all {layers} layers or none")
     config.recompute = True
     config.recompute_granularity = granularity
+    if is_formers(config):
+        config.recompute_method, config.recompute_num_layers = "uniform", 1
     if allowed.partial:
         config.no_recompute_layers = list(range(recomputed, layers)) or None
 
 
 def is_native(model: paddle.nn.Layer) -> bool:
+    if is_formers(getattr(model, "config", None)):
+        return True
     return hasattr(model, "config") and any(hasattr(layer, "enable_recompute") for layer in model.sublayers())
 
 
@@ -75,5 +87,6 @@ def enable(model: paddle.nn.Layer, strategy: Any) -> dict[str, Any]:
                 layer.enable_recompute = True
     allowed = support(model.config)
     return {"total_blocks": layer_count(model.config),
-            "block_path": f"{getattr(model.config, 'model_type', 'paddlenlp')} layers (PaddleNLP's own recompute)",
+            "block_path": f"{getattr(model.config, 'model_type', 'paddlenlp')} layers "
+                          f"({'PaddleFormers' if is_formers(model.config) else 'PaddleNLP'}'s own recompute)",
             "recompute_options": {"granularities": list(allowed.granularities), "partial": allowed.partial}}

@@ -1,0 +1,109 @@
+"""Child side: a PaddleFormers model, its batches and its loss, as the SFT workflow makes them (source.py says why
+the step is vramtune's). Imports Paddle and PaddleFormers: only the probe child runs this."""
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any, Callable
+
+import numpy as np
+import paddle
+
+from vramtune.dialects.paddleformers import keys
+from vramtune.dialects.paddleformers.source import FormersModel, architecture_error, probe_arguments
+from vramtune.sources.base import BuildError, BuiltModel
+
+FIRST_TOKEN = 4  # ids below are special tokens in the tiny tokenizers and most vocabularies
+
+
+def parse(arguments: dict[str, Any]) -> tuple[Any, ...]:
+    """PaddleFormers' own parsing and checks (model, data, preprocess, generating, finetuning arguments)."""
+    from paddleformers.cli.hparams import get_train_args
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return get_train_args(dict(arguments))
+    except (ValueError, TypeError, AssertionError) as error:
+        raise BuildError(f"PaddleFormers rejects the arguments: {type(error).__name__}: {error}") from error
+
+
+def model_config(model_args: Any, data_args: Any, training_args: Any, device_kind: str) -> Any:
+    """The configuration as run_sft sets it up before building (fp32: AMP is the precision mechanism's)."""
+    from paddleformers.transformers import AutoConfig
+    from paddleformers.transformers.configuration_utils import LlmMetaConfig, QuantizationConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path, dtype="float32",
+                                            quantization_config=QuantizationConfig.from_dict(
+                                                {"weight_quantize_algo": None}))
+    except Exception as error:
+        raise architecture_error(model_args.model_name_or_path, error) from error
+    LlmMetaConfig.set_llm_config(config, training_args)
+    config.use_fast_layer_norm = model_args.use_fast_layer_norm
+    if hasattr(config, "hidden_dropout_prob"):
+        config.hidden_dropout_prob = training_args.hidden_dropout_prob
+    if hasattr(config, "attention_probs_dropout_prob"):
+        config.attention_probs_dropout_prob = training_args.attention_probs_dropout_prob
+    if hasattr(config, "ignore_index"):
+        config.ignore_index = -100
+    config.pp_seg_method = model_args.pp_seg_method
+    config.seq_length = data_args.max_seq_len
+    config.max_sequence_length = data_args.max_seq_len
+    config._attn_implementation = model_args._attn_implementation
+    config.is_lora = model_args.lora
+    if device_kind == "cpu":
+        for name in keys.FUSED_CONFIG_FIELDS:
+            if getattr(config, name, False):
+                setattr(config, name, False)
+    return config
+
+
+def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltModel:
+    from paddleformers.datasets.collate import collate_fn
+    from paddleformers.datasets.SFTDataset import Sequence
+
+    device_kind = "cpu" if paddle.get_device() == "cpu" else "gpu"
+    model_args, data_args, _, _, training_args = parse(probe_arguments(settings, device_kind))
+    config = model_config(model_args, data_args, training_args, device_kind)
+    configure(config)  # the mechanisms' keys read at construction: recompute
+    model = _causal_lm(config)
+    from paddleformers.cli.train.sft.workflow import create_peft_model
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        model = create_peft_model(model_args, training_args, "float32", model)
+    vocab, length = config.vocab_size, settings.seq_len
+    pad_to = data_args.max_seq_len if settings.packing else None
+    tokenizer = _Padding(getattr(config, "pad_token_id", 0) or 0)
+
+    def make_batch(batch: int) -> dict[str, Any]:
+        rows = []
+        for _ in range(batch):
+            ids = np.random.randint(FIRST_TOKEN, vocab, size=length).tolist()
+            rows.append([Sequence(token_ids=ids, position_ids=list(range(length)), labels=[*ids[1:], ids[0]],
+                                  num_examples=1)])
+        collated = collate_fn(rows, tokenizer, training_args, model_args, pad_to, data_args.padding_free)
+        return {key: paddle.to_tensor(value) for key, value in collated.items()}
+
+    def loss(net, batch):
+        output = net(**batch)
+        if hasattr(output, "loss") and output.loss is not None:
+            return output.loss
+        return output[0] if isinstance(output, (tuple, list)) else output
+
+    return BuiltModel(model, make_batch, loss, config)
+
+
+class _Padding:
+    """What collate_fn asks of the tokenizer: its padding id."""
+
+    def __init__(self, pad_token_id: int):
+        self.pad_token_id = pad_token_id
+
+
+def _causal_lm(config: Any) -> Any:
+    from paddleformers.transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_config(config, dtype="float32")
+    except Exception as error:
+        raise architecture_error(str(getattr(config, "name_or_path", "") or "the model folder"), error) from error

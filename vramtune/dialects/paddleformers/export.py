@@ -1,0 +1,56 @@
+"""`--format paddleformers` (the default for a PaddleFormers config): the user's own YAML or JSON file back, with only
+the tuned keys' values changed (comments, order and quoting kept by export/roundtrip.py).
+
+Written: per_device_train_batch_size and gradient_accumulation_steps; recompute only as the combination PaddleFormers'
+models honour (recompute_granularity full + recompute_method uniform + recompute_num_layers 1: every layer), and a
+combination that recomputes removed when the choice recomputes nothing; on a GPU, compute_type and fp16_opt_level
+from the precision chosen. A probe on CPU measures CPU equivalents of GPU-only settings (compute_type, attention,
+fused kernels, sharding); they are never written: the file out is still the user's file for their GPU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vramtune.dialects.paddleformers.reading import read_config
+from vramtune.export.roundtrip import DELETE, set_keys
+from vramtune.mechanisms.precision import dtype_of, level_of
+from vramtune.report import Report, Tuned
+
+NAME, SUFFIX = "paddleformers", ".tuned"
+EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+COMPUTE_TYPES = {"fp32": "float32", "bf16": "bf16", "fp16": "fp16"}
+
+
+def recomputes(config: dict[str, Any]) -> bool:
+    """Whether the file's recompute keys make PaddleFormers' models recompute (every layer)."""
+    return all(config.get(key) == value for key, value in EVERY_LAYER.items())
+
+
+def tuned_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
+    """The keys the choice changes, and their new values (DELETE removes a key)."""
+    strategy = tuned.strategy
+    changes: dict[str, Any] = {"per_device_train_batch_size": strategy.micro_batch,
+                               "gradient_accumulation_steps": strategy.accumulation}
+    if strategy.recomputed_blocks:
+        changes.update(EVERY_LAYER)
+    elif recomputes(config):
+        changes.update(dict.fromkeys(EVERY_LAYER, DELETE))
+    if tuned.device_kind != "cpu":
+        changes["compute_type"] = COMPUTE_TYPES[dtype_of(strategy.precision)]
+        if strategy.precision != "fp32":
+            changes["fp16_opt_level"] = level_of(strategy.precision)
+    return {key: value for key, value in changes.items() if value is DELETE or config.get(key) != value}
+
+
+def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+    config = read_config(spec_path)
+    changes = tuned_keys(config, Tuned.of(report))
+    text = spec_path.read_text(encoding="utf-8")
+    text, _ = set_keys(text, changes, "json" if spec_path.suffix == ".json" else "yaml")
+    return text, []
+
+
+def output_name(spec_path: Path) -> str:
+    """sft.yaml -> sft.tuned.yaml: PaddleFormers picks the parser by the suffix, which must stay."""
+    return f"{spec_path.stem}{SUFFIX}{spec_path.suffix}"

@@ -1,0 +1,66 @@
+"""What vramtune does with each PaddleFormers key that changes memory (docs/paddleformers.md has the whole table).
+
+Every key of the file is one of: measured (the search decides it and `apply` writes it: batch, accumulation,
+recompute), set on the model as the workflow sets it (LoRA, stage, max_seq_len, packing, attention, the model
+folder), mapped onto a vramtune mechanism (precision, sharding, evaluation), replaced by its CPU equivalent for a
+probe on CPU (never in the file written back), or refused here by name with what to do. Keys that do not change
+memory (paths, logging, saving, schedules) are kept as they are.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from vramtune.spec.paddlenlp_keys import ESTIMATE
+from vramtune.spec.paddlenlp_keys import _above_one as _above_one
+from vramtune.spec.paddlenlp_keys import _on as _on
+
+# key -> (whether its value changes memory in a way vramtune does not measure, what to do)
+REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "tensor_model_parallel_size": (_above_one, "tensor parallelism runs on GPUs only and vramtune does not measure "
+                                   f"it: set it to 1 to tune the rest, {ESTIMATE}"),
+    "pipeline_model_parallel_size": (_above_one, "pipeline parallelism runs on GPUs only and vramtune does not "
+                                     f"measure it: set it to 1 to tune the rest, {ESTIMATE}"),
+    "virtual_pipeline_model_parallel_size": (_above_one, "needs pipeline parallelism, which vramtune does not "
+                                             "measure: set it to 1"),
+    "context_parallel_size": (_above_one, f"context parallelism is not measured: set it to 1, {ESTIMATE}"),
+    "sep_parallel_size": (_above_one, f"sep (sequence) parallelism is not measured: set it to 1, {ESTIMATE}"),
+    "expert_model_parallel_size": (_above_one, f"expert parallelism is not measured: set it to 1, {ESTIMATE}"),
+    "use_expert_parallel": (_on, "expert parallelism is not measured: set it to false"),
+    "sequence_parallel": (_on, "needs tensor parallelism, which vramtune does not measure: set it to false"),
+    "enable_auto_parallel": (_on, "auto parallel is not measured: set it to false"),
+    "weight_quantize_algo": (_on, "quantized weights need GPU kernels; a probe would measure unquantized weights: "
+                             f"remove the key to tune without quantization, {ESTIMATE}"),
+    "fp8": (_on, f"FP8 training needs GPU kernels and is not measured: remove it, {ESTIMATE}"),
+    "to_static": (_on, "the Trainer's to_static conversion is not measured (vramtune measures eager): set it to "
+                  "false to tune"),
+    "neftune": (_on, "NEFTune's noise hook is not measured: set it to false to tune"),
+    "lora_path": (_on, "an adapter saved before is loaded with its weights; vramtune never loads weights: remove "
+                  "lora_path to tune a fresh adapter of lora_rank"),
+    "num_nextn_predict_layers": (_above_one, "multi-token prediction layers are not measured: set it to 0"),
+    "eval_with_do_generation": (_on, "generation during evaluation (a KV cache per sequence) is not measured: set it "
+                                "to false"),
+    "pre_alloc_memory": (_on, "a pre-allocated block is not measured: set it to 0"),
+    "tensorwise_offload_optimizer": (_on, "offloading the optimizer to the host is not measured: set it to false"),
+    "sharding_offload_opt_buffersize_GB": (lambda value: isinstance(value, (int, float)) and value > 0,
+                                           "offloading sharding's buffers is not measured: remove it"),
+    "offload_fp8_expert_master_weight": (_on, "offloading is not measured: set it to false"),
+    "use_fused_linear_cross_entropy": (_on, "the fused linear cross entropy kernel is not measured: set it to false"),
+    "fuse_optimizer_states": (_on, "fused optimizer states are not measured: set it to false"),
+}
+# compute_type values that quantize weights (GPU kernels only)
+QUANTIZED_TYPES = ("wint4", "wint8", "wint4/8", "nf4")
+COMPUTE_TYPES = ("bf16", "fp16", "float32", *QUANTIZED_TYPES)
+STAGES = ("SFT", "PT", "DPO")  # what a probe builds; the others (VL-*, pretraining recipes) are refused by name
+# kernels with no CPU implementation: a CPU probe runs the plain equivalent (the file keeps its setting)
+CPU_ATTENTION = "eager"
+FUSED_CONFIG_FIELDS = ("fuse_rms_norm", "use_fused_rms_norm", "use_fused_rope", "fuse_swiglu", "fuse_attention_qkv",
+                       "fuse_attention_ffn", "use_fused_head_and_loss_fn")
+# what the search decides: `apply` writes these (recompute only as a combination the models honour)
+TUNED = ("per_device_train_batch_size", "gradient_accumulation_steps", "recompute_granularity", "recompute_method",
+         "recompute_num_layers")
+
+
+def refusal(key: str, value: Any) -> str | None:
+    """Why a key's value cannot be tuned as it is, or None."""
+    changes, what_to_do = REFUSED.get(key, (None, ""))
+    return f"{value!r} changes memory: {what_to_do}" if changes is not None and changes(value) else None

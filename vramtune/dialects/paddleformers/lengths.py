@@ -1,0 +1,106 @@
+"""The longest training sample the SFT workflow keeps, tokenized as it tokenizes (its tokenizer, template and
+truncation strategy: a sample longer than max_seq_len is dropped, not cut), over one pass of the training files.
+
+Run in a child (it imports Paddle and PaddleFormers): `python -m vramtune.dialects.paddleformers.lengths ARGS.json`
+prints {"longest": tokens, "kept": samples, "sample": the longest one's first words}. The parent calls it through
+`longest_sample` and caches the answer by the files it depends on.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TIMEOUT = 600  # seconds for one pass over the training data
+SHOWN_CHARACTERS = 60
+
+
+def dataset_config(model_args: Any, data_args: Any, training_args: Any, tokenizer: Any) -> dict[str, Any]:
+    """The dataset settings run_sft passes to create_dataset (cli/train/sft/workflow.py)."""
+    return {"tokenizer": tokenizer, "processor": None, "max_seq_len": data_args.max_seq_len,
+            "random_seed": training_args.seed, "num_replicas": 1, "rank": 0,
+            "num_samples_each_epoch": data_args.num_samples_each_epoch, "random_shuffle": False,
+            "greedy_intokens": data_args.greedy_intokens, "packing": False, "mix_strategy": data_args.mix_strategy,
+            "encode_one_turn": data_args.encode_one_turn, "use_template": data_args.use_template,
+            "is_pretraining": "pt" in model_args.stage.lower(), "truncate_packing": data_args.truncate_packing,
+            "stage": model_args.stage, "template_backend": data_args.template_backend,
+            "split_multi_turn": data_args.split_multi_turn, "dataset_type": "iterable", "dtype": "float32",
+            "dataset_num_proc": 1, "binpacking": False, "packing_interval": data_args.packing_interval,
+            "packed_idx_cache_dir": None, "dataloader_num_workers": 0, "template": data_args.template,
+            "tool_format": None, "default_system": None, "truncation_strategy": data_args.truncation_strategy,
+            "skip_warmup": data_args.skip_warmup}
+
+
+def measure(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Child side: one pass of the workflow's own dataset over the training files."""
+    from paddleformers.datasets.loader import create_dataset
+    from paddleformers.datasets.template.template import get_template_and_fix_tokenizer
+    from paddleformers.transformers import AutoTokenizer
+
+    from vramtune.dialects.paddleformers.building import parse
+
+    model_args, data_args, _, _, training_args = parse(arguments)
+    with contextlib.redirect_stdout(io.StringIO()):
+        tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token_id = tokenizer.eos_token_id
+        config = dataset_config(model_args, data_args, training_args, tokenizer)
+        config["template_instance"] = (get_template_and_fix_tokenizer(config) if config["template_backend"] == "custom"
+                                       else None)
+        dataset = create_dataset(task_group=data_args.train_dataset_path, task_group_prob=data_args.train_dataset_prob,
+                                 sub_dataset_type=data_args.train_dataset_type, is_valid=True, **config)
+        longest, kept, tokens, previous = 0, 0, [], None
+        for batch in dataset:
+            if batch is previous:  # its iterator yields its last batch twice
+                continue
+            previous = batch
+            for sequence in batch:
+                kept += 1
+                if len(sequence.token_ids) > longest:
+                    longest, tokens = len(sequence.token_ids), sequence.token_ids
+    text = tokenizer.decode(tokens[:32]) if tokens else ""
+    return {"longest": longest, "kept": kept, "sample": " ".join(text.split())[:SHOWN_CHARACTERS]}
+
+
+def cache_key(arguments: dict[str, Any], folder: str, datasets: list[str]) -> str:
+    """What the answer depends on: the data and tokenizer files and the arguments that shape samples."""
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode())
+    for path in [*datasets, *sorted(str(p) for p in Path(folder).iterdir() if "token" in p.name)]:
+        stat = os.stat(path)
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:20]
+
+
+def longest_sample(arguments: dict[str, Any], folder: str, datasets: list[str], cache: Path) -> dict[str, Any]:
+    """Parent side: the longest kept sample, from the cache or a child run; {"error": ...} when it cannot run."""
+    path = cache / f"{cache_key(arguments, folder, datasets)}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    arguments = {**arguments, "model_name_or_path": folder, "output_dir": str(cache), "device": "cpu",
+                 "compute_type": "float32", "_attn_implementation": "eager", "sharding": "", "amp_master_grad": False}
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, json.dumps(arguments)], capture_output=True,
+                              text=True, timeout=TIMEOUT)
+        answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else \
+            {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    except (subprocess.TimeoutExpired, ValueError, IndexError) as error:
+        answer = {"error": f"{type(error).__name__}: {error}"[:300]}
+    if "error" not in answer:
+        cache.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(answer), encoding="utf-8")
+    return answer
+
+
+if __name__ == "__main__":
+    try:
+        result = measure(json.loads(sys.argv[1]))
+    except Exception as error:  # said to the parent, which falls back to max_seq_len
+        print(f"{type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps(result))
