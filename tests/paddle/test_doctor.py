@@ -1,0 +1,61 @@
+"""vramtune doctor on this CPU for real (Paddle 3.x and 2.6): the checks that apply run in their own children and
+measure; the GPU-only ones are skipped with the reason; a child that cannot run fails its check with its error."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vramtune.doctor import BY_NAME
+from vramtune.doctor.battery import run_check
+from vramtune.doctor.running import ChildChecks
+from vramtune.records import Device
+
+pytestmark = pytest.mark.paddle
+MiB = 1 << 20
+
+
+def test_doctor_on_this_cpu_measures_what_applies_and_saves_it(cli, private_cache):
+    code, out, err = cli("doctor", "--device", "cpu", "--json")
+    result = json.loads(out)
+    assert code == 0, err
+    checks = {c["name"]: c for c in result["checks"]}
+    assert {name: c["status"] for name, c in checks.items()} == {
+        "device": "pass", "counters": "pass", "budget": "skip", "amp": "pass", "recompute": "pass", "ranks": "skip",
+        "allocator": "skip"}
+    assert result["device"]["kind"] == "cpu"
+    counters = checks["counters"]["figures"][""]
+    assert counters["peak_allocated"] - counters["before"] >= counters["size"] == 64 * MiB
+    assert counters["peak_reserved"] is None  # the host has no pool
+    if counters["resets"]:  # Paddle 3.x: the peak restarts from what is in use
+        assert counters["after_reset"] < counters["before"] + counters["size"]
+    else:  # Paddle 2.6: a fresh process starts near zero
+        assert counters["fresh_peak"] <= 16 * MiB
+    amp = checks["amp"]
+    assert amp["figure"].startswith("auto_cast changes nothing here: under fp16 and bf16 a matmul's output stays "
+                                    "float32")
+    assert all(f["o1_matmul"] == f["o2_weight"] == "float32" for f in amp["figures"]["dtypes"].values())
+    plain, wrapped = (checks["recompute"]["figures"][part] for part in ("plain", "wrapper"))
+    assert plain["base"] == wrapped["base"]  # the same weights and optimizer state
+    assert 0 < wrapped["activations"] < 0.8 * plain["activations"]
+    for name in ("device", "counters", "amp", "recompute"):
+        assert checks[name]["seconds"] > 0
+        assert f"pass  {name:9}  " in err
+    (path,) = private_cache.glob("doctor/cpu-*.json")
+    assert json.loads(path.read_text())["checks"] == result["checks"]
+
+
+def test_a_check_whose_child_cannot_run_fails_with_the_childs_error():
+    """The counters check aimed at a GPU this Paddle does not have: the child raises, the check fails saying so."""
+    card = Device("gpu", 0, "no such card", 16 << 30, "x")
+    result = run_check(BY_NAME["counters"], card, ChildChecks())
+    assert result.status == "fail"
+    assert result.figure.startswith("the check's child ended crashed: ") and "Error" in result.figure
+    assert result.meaning == "vramtune cannot run this on the device: see the error"
+
+
+def test_the_device_check_on_a_missing_gpu_fails_with_paddles_answer():
+    run = ChildChecks().run(BY_NAME["device"], "gpu", "", {}, 120)
+    verdict = BY_NAME["device"].judge({"": run}, None)
+    assert run.status == "measured" and verdict.status == "fail"
+    assert verdict.figure.startswith("this Paddle build sees no GPU (paddle ")
