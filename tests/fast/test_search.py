@@ -194,6 +194,27 @@ def test_boundary_is_predicted_where_a_walk_would_take_dozens_of_probes():
     assert len(plain) <= 5, [s.label() for s in device.calls]
 
 
+class OverCounted(FakeDevice):
+    """Its counted state is 4x what its probes hold: the line through one probe is flat, so every prediction says the
+    largest micro-batch fits."""
+
+    def rank_counts(self, s):
+        return {part: 4 * size for part, size in super().rank_counts(s).items()}
+
+
+def test_a_prediction_that_fails_without_figures_is_followed_by_bisection_not_a_walk():
+    # 60 candidates, m <= 72 fits; the flat line predicts each next one down fits, and each fails without figures
+    # (a GPU's out-of-memory): walking them one by one took 32 probes
+    device = OverCounted(kind="gpu", card_bytes=1 << 40, fixed=100 * MiB, per_sample=1 * MiB,
+                         small_batch_bonus=-0.001)
+    budget = int((100 + 72.5) * MiB / 0.95) + 1
+    outcome = Tuner(device.measure(budget), problem(budget, target=5040, max_accumulation=5040, recompute=False,
+                                                    to_static=False)).run()
+    assert outcome.chosen.strategy.micro_batch == 72
+    assert len(device.calls) <= 8, [s.micro_batch for s in device.calls]
+    assert sum(s.micro_batch > 72 for s in device.calls) <= 5
+
+
 @dataclasses.dataclass
 class CpuCurve(FakeDevice):
     """CPU-like: samples/s by micro-batch, not monotonic; m <= 8 fits the budget below."""

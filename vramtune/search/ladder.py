@@ -219,6 +219,7 @@ class Tuner:
                 else:
                     high = min(high, index)
         prior = True  # unfitted coefficients taken at their bound, until a probe fails without figures
+        blind = False  # the last probe failed without figures: the model that chose it says nothing new, so bisect
         while high - low > 1:
             model = self.memory_model(candidates[0])
             predicted = [model.predict(s) for s in candidates]
@@ -232,7 +233,9 @@ class Tuner:
                 predicted = [p if p is not None else self.prior(s) if unmeasured else bound
                              for s, p, bound in zip(candidates, predicted, least)]
             hopeful = [i for i in inside if predicted[i] is not None and predicted[i] <= limit]
-            if hopeful:
+            if blind:
+                index = (low + high) // 2
+            elif hopeful:
                 index = max(hopeful)
             elif all(predicted[i] is None for i in inside):
                 index = (low + high) // 2 if low >= 0 or high < len(candidates) else low + 1  # bisect
@@ -243,7 +246,8 @@ class Tuner:
             result = self.probe(rung, candidates[index])
             if result.status == "unstable":
                 break  # a numeric failure, not a memory one: no other candidate cures it
-            prior = prior and bool(result.used_bytes)
+            blind = not result.used_bytes and result.status != "fits"
+            prior = prior and not blind
             if result.status == "fits":
                 low = index
             else:
