@@ -525,3 +525,33 @@ def test_the_line_through_sharded_probes_starts_at_the_whole_state():
     for stage in (0, 1):
         assert tuner.predict(smaller.with_(sharding_stage=stage)) == pytest.approx(
             device.peak(smaller.with_(sharding_stage=stage)), rel=1e-6)
+
+
+def test_a_recompute_boundary_starts_at_the_fewest_blocks_that_could_fit():
+    # m=16 measured at 74 MiB over a 57 MiB limit; a block saves at most 1/4 of the 4 MiB per sample: r >= 2 could
+    # fit, and does (r=1 is the final refinement, measured since the line puts it only 4.6% over)
+    device = FakeDevice(fixed=10 * MiB, per_sample=4 * MiB, saved=0.9 * MiB)
+    Tuner(device.measure(60 * MiB), problem(60 * MiB, max_accumulation=4, to_static=False)).run()
+    assert [s.recomputed_blocks for s in device.calls if s.micro_batch == 16 and s.recomputed_blocks] == [2, 1]
+
+
+def test_recompute_is_not_probed_where_even_its_best_case_is_no_faster():
+    # BERT-base: m=128 fits only with recompute; even with the fewest blocks that could fit, at the least recompute
+    # can cost, it would be no faster than m=64 without it
+    shape = shape_named("BERT-base")
+    outcome = tuned(shape)
+    assert not any(s.recomputed_blocks for s in shape.device.calls if s.precision != "fp32")
+    assert any(n.startswith("fp16-o2 micro-batch 128 with recompute not probed: at most ") for n in outcome.notes)
+
+
+def test_a_precision_is_compared_at_a_smaller_micro_batch_where_its_prior_says_it_fits():
+    # fp32 at the best's m=512 is predicted past the card from fp16-o2's activations (doubled); at m=256 it is
+    # predicted to fit: one probe, compared with fp16-o2's modelled speed there (no recompute cost needed)
+    shape = shape_named("latency-bound small BERT")
+    outcome = tuned(shape)
+    assert [s.label() for s in shape.device.calls if s.precision == "fp32"] == ["fp32 m=2048 k=1 r=0",
+                                                                                "fp32 m=256 k=8 r=0"]
+    assert shape.device.peak(plan("fp32", 512, 4)) > shape.budget_bytes
+    assert any(n.startswith("fp32 not searched further: ") and "no faster than fp16-o2 m=256 k=8 r=0 at " in n
+               for n in outcome.notes), outcome.notes
+    assert ("fp16-o2", 256) not in [(s.precision, s.micro_batch) for s in shape.device.calls]  # modelled, not probed
