@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vramtune.dialects.paddleformers.reading import read_config
+from vramtune.dialects.paddleformers.reading import formers_data, read_config
 from vramtune.export.roundtrip import DELETE, set_keys
 from vramtune.mechanisms.precision import dtype_of, level_of
 from vramtune.report import Report, Tuned
 
 NAME, SUFFIX = "paddleformers", ".tuned"
+ACCEPTED = None  # the search explores only what the file can say (recompute every layer or none; no to_static)
 EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bf16", "fp16": "fp16"}
 
@@ -54,3 +55,8 @@ def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
 def output_name(spec_path: Path) -> str:
     """sft.yaml -> sft.tuned.yaml: PaddleFormers picks the parser by the suffix, which must stay."""
     return f"{spec_path.stem}{SUFFIX}{spec_path.suffix}"
+
+
+def is_formers_file(spec_path: Path) -> bool:
+    """Whether `apply` writes this file back as a PaddleFormers config."""
+    return formers_data(spec_path) is not None

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from vramtune.spec.paddlenlp_keys import ESTIMATE
-from vramtune.spec.paddlenlp_keys import _above_one as _above_one
-from vramtune.spec.paddlenlp_keys import _on as _on
+ESTIMATE = "or estimate it without measuring: vramtune estimate"
+
+
+def _on(value: Any) -> bool:
+    """Switched on (the model sources import this module: vramtune.spec's helpers would be an import circle)."""
+    return bool(value) and value not in ("no", "none", "false", "False", "")
+
+
+def _above_one(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 1
 
 # key -> (whether its value changes memory in a way vramtune does not measure, what to do)
 REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {

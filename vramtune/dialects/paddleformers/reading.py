@@ -68,6 +68,24 @@ def read_config(path: Path, overrides: list[str] | None = None) -> dict[str, Any
     return {**data, **parse_overrides(overrides or [], file)}
 
 
+def formers_data(path: Path) -> dict[str, Any] | None:
+    """The file's mapping when it is a PaddleFormers config (recognised by its keys), else None."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
+        return None  # not this dialect's to report: the generic readers say what is wrong
+    return data if is_formers_config(data) else None
+
+
+def formers_spec(path: Path, options: list[str] | None = None) -> tuple[dict[str, Any], list[str]] | None:
+    """The raw spec and warnings when the file is a PaddleFormers config, else None."""
+    data = formers_data(path)
+    if data is None:
+        return None
+    return spec_from_config({**data, **parse_overrides(options or [], str(path))}, str(path))
+
+
 def _local(section: Section, key: str, value: str, what: str) -> Path | None:
     """A path as PaddleFormers finds it (from the working folder), else next to the file; None when neither."""
     candidates = [Path.cwd() / value, Path(section.file).resolve().parent / value]
@@ -183,6 +201,7 @@ def spec_from_config(config: dict[str, Any], file: str) -> tuple[dict[str, Any],
                   **({"max_grad_norm": max_grad_norm} if max_grad_norm and max_grad_norm > 0 else {})},
         "device": "cpu" if config.get("device") == "cpu" else "auto",
         "budget": "auto",
+        "search": {"to_static": "off"},  # the Trainer converts with its own to_static key (refused above)
     }
     for name in MAPPED_MECHANISMS:
         for dotted, value in BY_NAME[name].from_arguments(arguments).items():
