@@ -53,8 +53,9 @@ def llm_parser():
 
 def wrapper_recompute_device() -> FakeDevice:
     """The MLP's physics (6 blocks recomputed by vramtune's wrapper; limit 38 MiB): plain fits up to micro-batch
-    256; larger micro-batches need 2 to 5 blocks recomputed and are faster (1 s per micro-step)."""
-    return FakeDevice(per_sample=MiB / 20, saved=MiB / 120, blocks=6, overhead=1.0)
+    256; larger micro-batches need 2 to 5 blocks recomputed and are faster (1 s per micro-step); no AMP (a CPU)."""
+    return FakeDevice(per_sample=MiB / 20, saved=MiB / 120, blocks=6, overhead=1.0,
+                      amp_unsupported={"fp16": "not on this CPU", "bf16": "not on this CPU"})
 
 
 @dataclasses.dataclass
