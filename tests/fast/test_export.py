@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from fakes import FakeDevice, MiB, plan
@@ -59,3 +60,27 @@ def test_nothing_expressible_fits():
     chosen = measured(plan("fp32", 1024, 2, 4))
     with pytest.raises(expressible.NothingExpressible, match="no measured configuration that the format can say"):
         expressible.exported(chosen, [chosen, measured(plan("fp32", 1024, 2))], TRAINER, 1, measure=None)
+
+
+def test_an_arguments_file_is_edited_in_place_and_a_cleared_key_removed(tmp_path):
+    from types import SimpleNamespace
+
+    from vramtune.export import arguments_file
+    from vramtune.records import Budget
+    from vramtune.report import Report
+
+    original = '{\n  "model_name_or_path": "./tiny-llama",\n  "no_recompute_layers": [2, 3],\n' \
+               '  "per_device_train_batch_size": 8,   "gradient_accumulation_steps": 2\n}\n'
+    path = tmp_path / "args.json"
+    path.write_text(original)
+    every_layer = measured(plan("fp32", 16, 1, 6), NATIVE)
+    report = Report(spec="args", spec_path=str(path), device_name="fake cpu", device_kind="cpu", device_bytes=0,
+                    paddle_version="0.0-fake", budget=Budget(BUDGET, 0.05), target_batch=16, chosen=every_layer,
+                    probes=[every_layer])
+    spec = SimpleNamespace(arguments=json.loads(original), train=SimpleNamespace(optimizer="adamw"))
+    text, warnings = arguments_file.render(path, spec, report)
+    assert warnings == []
+    assert text == ('{\n  "model_name_or_path": "./tiny-llama",\n  "per_device_train_batch_size": 16,   '
+                    '"gradient_accumulation_steps": 1,\n  "do_train": true,\n  "fp16": false,\n  "bf16": false,\n'
+                    '  "recompute": true,\n  "recompute_granularity": "full",\n  "optim": "adamw",\n'
+                    '  "device": "cpu"\n}\n')

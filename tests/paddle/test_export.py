@@ -110,9 +110,10 @@ def test_an_llm_models_partial_recompute_is_written_back_as_measured_and_loads_i
     monkeypatch.chdir(tmp_path)
     shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
     spec = tmp_path / "args.json"
-    spec.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "output_dir": "./checkpoints",
-                                "per_device_train_batch_size": 1024, "gradient_accumulation_steps": 2,
-                                "max_length": 256, "learning_rate": 3e-5}))
+    original = {"model_name_or_path": "./tiny-llama", "output_dir": "./checkpoints", "per_device_train_batch_size": 1024,
+                "gradient_accumulation_steps": 2, "max_length": 256, "learning_rate": 3e-5,
+                "no_recompute_layers": [0, 1, 2, 3, 4, 5], "warmup_steps": 10}
+    spec.write_text(json.dumps(original, indent=4))
     cli, _ = fake_cli(NativeRecomputeDevice(per_sample=MiB / 20, saved=MiB / 120, blocks=6, overhead=1.0))
     report, applied, path, err = probe_and_apply(cli, spec, "--device", "cpu", "--budget", "40MiB",
                                                  "--max-accumulation", "2")
@@ -123,6 +124,11 @@ def test_an_llm_models_partial_recompute_is_written_back_as_measured_and_loads_i
     assert model.no_recompute_layers == list(range(chosen["recomputed_blocks"], 6))
     assert training.per_device_train_batch_size == chosen["micro_batch"] and model.model_name_or_path == "./tiny-llama"
     assert applied["warnings"] == [] and "instead of" not in err
+    written = json.loads(path.read_text())  # the user's file, only the tuned values changed, its layout kept
+    assert {key: value for key, value in written.items() if key in original} == {
+        **original, "per_device_train_batch_size": chosen["micro_batch"],
+        "gradient_accumulation_steps": chosen["accumulation"], "no_recompute_layers": model.no_recompute_layers}
+    assert list(written)[:len(original)] == list(original) and '\n    "warmup_steps": 10' in path.read_text()
 
 
 def test_an_llm_models_partial_recompute_for_a_trainer_exports_every_layer_recomputed_as_measured(fake_cli,
