@@ -1,9 +1,12 @@
-"""The search on GPU-shaped landscapes (fake devices, tests/fakes.py): probes against the exhaustive grid.
+"""The search on GPU-shaped landscapes (fake devices, tests/fakes.py): probes against the exhaustive grid; with
+--perturbed, the same shapes with the physics the search's prior assumes changed (AMP's activation factors, blocks
+saving their whole share, recompute's cost, the counted state), one line per change.
 
-    python bench/gpu_shapes.py
+    python bench/gpu_shapes.py [--perturbed]
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 from pathlib import Path
@@ -48,5 +51,35 @@ def shape_table() -> str:
     return "\n".join(lines)
 
 
+def _uncounted(device) -> None:
+    """The device's probes report no counted state (a source without a count)."""
+    original = device.result
+    device.result = lambda s, budget: dataclasses.replace(original(s, budget), weight_bytes=None,
+                                                          gradient_bytes=None, optimizer_bytes=None)
+
+
+PERTURBATIONS = {
+    "as stated": lambda d: d,
+    "AMP keeps more (O1 0.8, O2 0.75 of fp32)": lambda d: dataclasses.replace(d, amp_factor=0.8, o2_factor=0.75),
+    "AMP keeps less (O1 0.45, O2 0.4 of fp32)": lambda d: dataclasses.replace(d, amp_factor=0.45, o2_factor=0.4),
+    "a block saves half its share": lambda d: dataclasses.replace(d, saved=d.saved / 2),
+    "recompute cheap (0.05 of the step)": lambda d: dataclasses.replace(d, recompute_cost=0.05),
+    "recompute costly (0.6 of the step)": lambda d: dataclasses.replace(d, recompute_cost=0.6),
+    "no counted state": lambda d: _uncounted(d) or d,
+}
+
+
+def perturbed_table() -> str:
+    lines = ["| physics | most probes | all probes | worst vs fastest | all under budget |", "|---|---:|---:|---:|---|"]
+    for name, change in PERTURBATIONS.items():
+        rows = []
+        for shape in gpu_shapes():
+            shape.device = change(shape.device)
+            rows.append(run(shape))
+        lines.append(f"| {name} | {max(r['probes'] for r in rows)} | {sum(r['probes'] for r in rows)} | "
+                     f"{min(r['ratio'] for r in rows):.3f} | {'yes' if all(r['fits'] for r in rows) else 'NO'} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(shape_table())
+    print(perturbed_table() if "--perturbed" in sys.argv[1:] else shape_table())
