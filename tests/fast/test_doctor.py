@@ -65,18 +65,21 @@ class FakeChecks:
         if name == "amp" or name == "allocator":
             return {**self.step(part or "fp32"), **({"strategy": "auto_growth"} if name == "allocator" else {})}
         if name == "recompute":
-            step = self.step()
-            if part == "wrapper":
-                step = {**step, "activations": 21 * MiB, "peak": step["base"] + 21 * MiB}
-            return step
+            plain = self.step()
+            recomputed = {**plain, "activations": 21 * MiB, "peak": plain["base"] + 21 * MiB}
+            return {"plain": plain, "recomputed": recomputed, **({"library": "PaddleFormers"} if part == "native"
+                                                                  else {})}
         if name == "ranks":
             return {"ranks": [{"rank": r, "world_size": 2, **self.step()} for r in range(2)]}
         raise KeyError(name)
 
 
 @pytest.fixture
-def doctor_cli(fake_cli):
-    """doctor_cli(device) -> (invoke, backend, checks): the CLI over a fake device that runs doctor checks."""
+def doctor_cli(fake_cli, monkeypatch):
+    """doctor_cli(device) -> (invoke, backend, checks): the CLI over a fake device that runs doctor checks (with
+    PaddleFormers' own recompute checked, whatever is installed here)."""
+    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: "paddleformers")
+
     def make(device):
         cli, backend = fake_cli(device)
         backend.checks = FakeChecks(device)
@@ -100,12 +103,13 @@ def test_doctor_on_a_cpu_runs_what_applies_and_skips_the_rest_with_the_reason(do
                         "judged from the measured peak")
     assert lines[4].startswith("pass  amp        auto_cast changes nothing here: under fp16 and bf16 a matmul's "
                                "output stays float32")
-    assert lines[5].startswith("pass  recompute  vramtune's wrapper on every block: activations 21.0 MiB instead of "
-                               "34.0 MiB (38% saved)")
+    assert lines[5].startswith("pass  recompute  vramtune's wrapper: activations 21.0 MiB instead of 34.0 MiB (38% "
+                               "saved); PaddleFormers's own (a small Llama): activations 21.0 MiB instead of 34.0 MiB")
     assert lines[6] == "skip  ranks      needs 2+ GPUs (this machine: no GPU)"
     assert lines[7].startswith("skip  allocator  the CPU allocator keeps no reserve")
     assert lines[8].startswith("doctor: 4 passed, 0 failed, 3 skipped in ")
-    assert [name for name, _, _ in checks.runs] == ["device", "counters", "amp", "recompute", "recompute"]
+    assert [(name, part) for name, part, _ in checks.runs] == [
+        ("device", ""), ("counters", ""), ("amp", "dtypes"), ("recompute", "wrapper"), ("recompute", "native")]
 
 
 def test_doctor_on_a_gpu_passes_every_check_and_saves_its_json(doctor_cli, private_cache):
@@ -158,8 +162,10 @@ GPU_FAILS = [
     ("amp", "scaler", {"inf_step_updated": True}, "updated an inf step",
      "GradScaler does not step finite gradients and skip inf ones"),
     ("amp", "fp16-O1", {"peak": 70 * MiB}, "fp16-O1 peak 1.17 of fp32's", "fp16-O1 peaks no lower than fp32"),
-    ("recompute", "wrapper", {"activations": 40 * MiB}, "activations 40.0 MiB instead of 34.0 MiB",
-     "recomputing blocks saves no memory here"),
+    ("recompute", "wrapper", {"recomputed": {"activations": 40 * MiB}}, "wrapper: activations 40.0 MiB instead of "
+     "34.0 MiB (-18% saved)", "recompute (vramtune's wrapper) saves no memory here"),
+    ("recompute", "native", {"recomputed": {"activations": 34 * MiB}}, "PaddleFormers's own (a small Llama): "
+     "activations 34.0 MiB instead of 34.0 MiB (0% saved)", "recompute (PaddleFormers's own (a small Llama)) saves"),
     ("ranks", "", {"ranks": [{"rank": 0, "world_size": 1, "peak": 60 * MiB}]}, "rank 0 peak 60.0 MiB",
      "not every rank reported from a world of 2"),
     ("allocator", "", {"strategy": "naive_best_fit"}, "FLAGS_allocator_strategy=naive_best_fit",

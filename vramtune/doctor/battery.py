@@ -1,7 +1,9 @@
 """One doctor run: the device check first (it resolves the device every other check measures on), then each
-check's parts in children, each judged; a check that cannot run on the device is skipped with the reason."""
+check's parts in children, each judged; a check that cannot run on the device is skipped with the reason. A GPU is
+held (the probes' per-device lock) while its checks measure."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -70,8 +72,7 @@ def resolve(request: str, checks: Checks) -> tuple[CheckResult, Device | None]:
 
 
 def run_doctor(request: str, checks: Checks, say: Say, names: tuple[str, ...] | None = None) -> DoctorResult:
-    """The checks named (all by default) on the device asked for, each reported as it finishes. The device is
-    held (the probes' per-device lock) while they measure."""
+    """The checks named (all by default) on the device asked for, each reported as it finishes."""
     start = time.monotonic()
     first, device = resolve(request, checks)
     say(line(first))
@@ -81,7 +82,9 @@ def run_doctor(request: str, checks: Checks, say: Say, names: tuple[str, ...] | 
         results += [_result(check, Verdict(SKIP, "not run", "no device to check (see the device check)"), {})
                     for check in chosen]
         return DoctorResult(None, results, time.monotonic() - start)
-    with file_lock(device_lock_path(device), say, f"probing on {device.name}"):
+    held = file_lock(device_lock_path(device), say, f"probing on {device.name}") if device.kind == "gpu" \
+        else contextlib.nullcontext()  # CPU peaks are per process: other runs' probes do not move them
+    with held:
         for check in chosen:
             results.append(run_check(check, device, checks))
             say(line(results[-1]))

@@ -3,7 +3,7 @@ the allocator's counters, and a small transformer's training step with its peak.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Callable
 
 import paddle
 from paddle.base import core
@@ -39,8 +39,12 @@ def matmul_parameters(model: paddle.nn.Layer) -> int:
                for p in [layer.weight])
 
 
+def transformer_loss(model: paddle.nn.Layer) -> paddle.Tensor:
+    return model(paddle.randn([BATCH, SEQ, WIDTH])).astype("float32").mean()
+
+
 def step_peak(device: Device, model: paddle.nn.Layer, precision: str = "fp32", level: str = "O0",
-              recompute_blocks: int = 0) -> dict[str, Any]:
+              loss: Callable[[paddle.nn.Layer], paddle.Tensor] = transformer_loss) -> dict[str, Any]:
     """One warmup step (the optimizer's state then exists), then one measured step: its allocated (and on a GPU
     reserved) peak, and `base`, what was allocated before it (weights, gradients, optimizer state)."""
     counters = use(device)
@@ -48,23 +52,18 @@ def step_peak(device: Device, model: paddle.nn.Layer, precision: str = "fp32", l
     dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
     if level == "O2":
         model, optimizer = paddle.amp.decorate(models=model, optimizers=optimizer, level="O2", dtype=dtype)
-    if recompute_blocks:
-        from vramtune.child.blocks import apply_recompute
-
-        apply_recompute(model, recompute_blocks)
     scaler = paddle.amp.GradScaler(init_loss_scaling=1024) if precision == "fp16" and device.kind == "gpu" else None
-    data = paddle.randn([BATCH, SEQ, WIDTH])
 
     def train() -> None:
         amp = paddle.amp.auto_cast(level=level, dtype=dtype) if level != "O0" else contextlib.nullcontext()
         with amp:
-            loss = model(data).astype("float32").mean()
+            value = loss(model).astype("float32")
         if scaler:
-            scaler.scale(loss).backward()
+            scaler.scale(value).backward()
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
+            value.backward()
             optimizer.step()
         optimizer.clear_grad()
 
