@@ -1,5 +1,6 @@
 """`vramtune estimate SPEC --card SIZE`: the per-rank peak of every strategy on a card you do not have, from the
-counted state and CPU probes of a depth-reduced copy (vramtune/estimating/)."""
+counted state and CPU probes of a depth-reduced copy (vramtune/estimating/); for a model folder, its config.json or
+a PaddleFormers config, from the sizes alone (nothing built, no probe)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +10,9 @@ import typer
 
 from vramtune import render
 from vramtune.commands import common
+from vramtune.estimating.answer import answer
+from vramtune.estimating.answer_render import render_answer
+from vramtune.estimating.asking import question
 from vramtune.estimating.run import estimate, gpu_probes
 from vramtune.runner import Backend
 from vramtune.spec import Problem, SpecError
@@ -35,12 +39,25 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                               "the state by them"),
         calibration: Optional[Path] = typer.Option(None, "--calibrate", help="a `probe --json` report from a GPU: "
                                                    "its probes calibrate the AMP and allocator factors"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1, help="a model folder or config.json: the "
+                                              "sequence length (default 4096; a PaddleFormers config: max_seq_len)"),
+        batch: Optional[int] = typer.Option(None, "--batch", min=1, help="a model folder or config.json: samples per "
+                                            "step and device (default 8; a PaddleFormers config: "
+                                            "per_device_train_batch_size x gradient_accumulation_steps)"),
         json_output: bool = common.JsonOpt,
     ) -> None:
-        """Estimate every strategy's per-rank peak on a card, without the card (CPU probes, counted state)."""
-        spec = common.load(spec_path, {"devices": devices} if devices else None)
+        """Estimate every strategy's per-rank peak on a card, without the card (CPU probes, counted state; for a
+        model folder, a config.json or a PaddleFormers config: counted from the sizes, no probe)."""
         card_bytes = _size("--card", card, spec_path)
         budget_bytes = _size("--budget", budget, spec_path) if budget else None
+        asked = question(spec_path, seq_len, batch, devices)
+        if asked is not None:
+            result = answer(asked, budget_bytes or card_bytes)
+            render_answer(result)
+            if json_output:
+                render.emit_json(result.to_json())
+            raise typer.Exit(common.EXIT_OK if result.fits else common.EXIT_NO_FIT)
+        spec = common.load(spec_path, {"devices": devices} if devices else None)
         probes = None
         if calibration is not None:
             from vramtune.report import Report

@@ -43,7 +43,7 @@ LORA_TARGETS["deepseek_v2"] = LORA_TARGETS["deepseek_v3"]
 
 
 class ArchitectureError(ValueError):
-    """A config.json this count cannot read (the message names the key)."""
+    """A config.json this count cannot read (the message names the key, not the file)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def _moe_layers(config: dict[str, Any], layers: int) -> frozenset[int]:
 def _require(config: dict[str, Any], key: str, *aliases: str) -> int:
     value = _first(config, key, *aliases)
     if not isinstance(value, int) or value <= 0:
-        raise ArchitectureError(f"config.json: {key}: a positive integer is required, got {value!r}")
+        raise ArchitectureError(f"{key}: a positive integer is required, got {value!r}")
     return value
 
 
@@ -180,7 +180,7 @@ def architecture(config: dict[str, Any]) -> Architecture:
     """The sizes of a decoder's config.json (a text_config inside a multimodal one is not read)."""
     model_type = str(config.get("model_type") or "")
     if not model_type:
-        raise ArchitectureError("config.json: model_type: is required (which architecture the sizes describe)")
+        raise ArchitectureError("model_type: is required (which architecture the sizes describe)")
     hidden = _require(config, "hidden_size")
     heads = _require(config, "num_attention_heads")
     layers = _require(config, "num_hidden_layers")
@@ -214,11 +214,11 @@ def read_config(path: Path) -> dict[str, Any]:
     try:
         config = json.loads(file.read_text())
     except FileNotFoundError:
-        raise ArchitectureError(f"{file}: no such file (a model folder needs its config.json)") from None
+        raise ArchitectureError("no such file (a model folder needs its config.json)") from None
     except json.JSONDecodeError as error:
-        raise ArchitectureError(f"{file}: not JSON: {error}") from None
+        raise ArchitectureError(f"not JSON: {error}") from None
     if not isinstance(config, dict):
-        raise ArchitectureError(f"{file}: not a JSON object")
+        raise ArchitectureError("not a JSON object")
     return config
 
 

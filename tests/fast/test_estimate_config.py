@@ -1,0 +1,143 @@
+"""`vramtune estimate` given a model rather than a spec (no Paddle, nothing probed): a PaddleFormers config naming a
+local model folder, the folder itself, or its config.json. The exact output, the JSON, and bad input (exit 2)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from conftest import SPECS
+from fakes import FakeDevice
+
+CONFIGS = SPECS / "configs"
+SFT_LORA = """# PaddleFormers examples/config/sft/lora.yaml, for Qwen3-8B
+train_dataset_type: erniekit
+train_dataset_path: ./data/sft/train.json
+max_seq_len: 4096
+packing: true
+model_name_or_path: ./Qwen3-8B
+fine_tuning: LoRA
+lora_rank: 8
+stage: SFT
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+compute_type: bf16
+"""
+EXPECTED = """estimating Qwen3-8B (qwen3, 36 layers): 8,190,735,360 parameters counted from config.json, LoRA r=8 trains 18,284,544; seq 4096, 8 samples per step and device, flashmask attention; nothing built, no probe
+predicted per-rank peaks within 22.8 GiB
+┏━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━┓
+┃ fine-tuning ┃ precision ┃ recompute ┃ stage ┃ largest fitting ┃ its peak ┃ next up ┃  its peak ┃
+┡━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━┩
+│ LoRA        │ fp32      │         - │     0 │            none │        - │     m=1 │  86.2 GiB │
+│ LoRA        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │  76.7 GiB │
+│ LoRA        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │  66.0 GiB │
+│ LoRA        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │  55.2 GiB │
+│ LoRA        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │  44.5 GiB │
+│ LoRA        │ bf16      │         - │     0 │            none │        - │     m=1 │  77.6 GiB │
+│ LoRA        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │  72.4 GiB │
+│ LoRA        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │  66.5 GiB │
+│ LoRA        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │  60.6 GiB │
+│ LoRA        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │  54.6 GiB │
+│ LoRA        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │  43.3 GiB │
+│ LoRA        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │  38.6 GiB │
+│ LoRA        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │  33.2 GiB │
+│ LoRA        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │  27.8 GiB │
+│ LoRA        │ bf16-o2   │     36/36 │     0 │             m=1 │ 22.4 GiB │     m=2 │  28.0 GiB │
+│ full        │ fp32      │         - │     0 │            none │        - │     m=1 │ 184.8 GiB │
+│ full        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │ 175.3 GiB │
+│ full        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │ 164.6 GiB │
+│ full        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │ 153.8 GiB │
+│ full        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │ 143.0 GiB │
+│ full        │ bf16      │         - │     0 │            none │        - │     m=1 │ 176.2 GiB │
+│ full        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │ 171.0 GiB │
+│ full        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │ 165.0 GiB │
+│ full        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │ 159.1 GiB │
+│ full        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │ 153.2 GiB │
+│ full        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │ 174.8 GiB │
+│ full        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │ 170.0 GiB │
+│ full        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │ 164.7 GiB │
+│ full        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │ 159.3 GiB │
+│ full        │ bf16-o2   │     36/36 │     0 │            none │        - │     m=1 │ 153.9 GiB │
+└─────────────┴───────────┴───────────┴───────┴─────────────────┴──────────┴─────────┴───────────┘
+note: max_seq_len 4096: packing fills every sample to it
+note: counted (exact, from config.json as PaddleFormers builds the model): every parameter; LoRA r=8 on PaddleFormers' target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments, fp32 gradients with amp_master_grad)
+note: measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and width, and of the logits
+note: assumed: AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%, flashmask attention keeps no [s, s] tensor
+note: qwen3: the coefficients of PaddleFormers' ERNIE-4.5 (fused projections) are assumed (its code needs paddlefleet, not on PyPI: it cannot be built here)
+predicted best, LoRA (asked): bf16-o2, micro-batch 1 x accumulation 8, recompute 36/36; peak 22.4 GiB of 22.8 GiB
+  what fills it: weights 15.3 GiB, gradients 69.8 MiB, optimizer state 209.2 MiB, activations 5.2 GiB, allocator reserve 1.7 GiB
+predicted best, full: nothing is predicted to fit 22.8 GiB
+(the best by preference: AMP O2, then O1, then fp32; the fewest layers recomputed; the largest micro-batch; the lowest sharding stage. Speed is not estimated)
+"""
+
+
+@pytest.fixture
+def qwen3_8b(tmp_path):
+    (tmp_path / "Qwen3-8B").mkdir()
+    shutil.copy(CONFIGS / "qwen3-8b.json", tmp_path / "Qwen3-8B" / "config.json")
+    (tmp_path / "sft_lora.yaml").write_text(SFT_LORA)
+    return tmp_path
+
+
+def test_a_paddleformers_config_is_answered_from_the_model_folders_config_json(fake_cli, qwen3_8b):
+    cli, backend = fake_cli(FakeDevice())
+    code, out, err = cli("estimate", qwen3_8b / "sft_lora.yaml", "--card", "24GiB")
+    assert (code, out, backend.jobs) == (0, "", [])  # nothing probed
+    *lines, last = err.splitlines()
+    assert "\n".join(lines) + "\n" == EXPECTED
+    assert re.fullmatch(r"answered in \d+\.\d\ds", last)
+
+
+def test_the_json_answer_of_a_model_folder_and_its_config_json_alone(fake_cli, qwen3_8b):
+    cli, _ = fake_cli(FakeDevice())
+    code, out, err = cli("estimate", qwen3_8b / "Qwen3-8B", "--card", "80GiB", "--json", "--devices", "8",
+                         "--seq-len", "2048", "--batch", "4")
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["seq_len"], report["batch"], report["devices"], report["asked"]) == (2048, 4, 8, None)
+    assert report["full"]["counts"]["params"] == 8_190_735_360 == report["active_params"]
+    best = report["full"]["best"]  # full fine-tuning fits 8 ranks once sharding partitions the state
+    assert best["precision"] == "bf16-o2" and best["sharding_stage"] >= 1 and best["reserved_bytes"] <= 0.95 * 80 * 2**30
+    assert best["optimizer_state"] == 12 * 8_190_735_360 // 8  # AdamW moments and fp32 master weights over 8 ranks
+    code, again, _ = cli("estimate", qwen3_8b / "Qwen3-8B" / "config.json", "--card", "80GiB", "--json", "--devices",
+                         "8", "--seq-len", "2048", "--batch", "4")
+    assert code == 0 and json.loads(again)["full"]["best"] == best
+
+
+def test_nothing_fitting_the_asked_fine_tuning_exits_1(fake_cli, qwen3_8b):
+    cli, _ = fake_cli(FakeDevice())
+    config = qwen3_8b / "full.yaml"
+    config.write_text(SFT_LORA.replace("fine_tuning: LoRA", "fine_tuning: Full"))
+    code, _, err = cli("estimate", config, "--card", "24GiB")
+    assert code == 1 and "predicted best, full (asked): nothing is predicted to fit 22.8 GiB" in err
+
+
+@pytest.mark.parametrize("change, message", [
+    (("model_name_or_path: ./Qwen3-8B", "model_name_or_path: Qwen/Qwen3-8B"),
+     "model_name_or_path: Qwen/Qwen3-8B: no local folder with a config.json (estimate reads the model's sizes from "
+     "it; it downloads nothing)"),
+    (("compute_type: bf16", "compute_type: wint4"),
+     "compute_type: 'wint4': only bf16 and fp16 are estimated (weight-quantized training is not)"),
+    (("max_seq_len: 4096", "max_seq_len: 0"), "max_seq_len: must be a positive integer, got 0"),
+    (("per_device_train_batch_size: 1", "per_device_train_batch_size: true"),
+     "per_device_train_batch_size: must be a positive integer, got True"),
+])
+def test_bad_input_is_named_with_exit_2(fake_cli, qwen3_8b, change, message):
+    cli, backend = fake_cli(FakeDevice())
+    config = qwen3_8b / "bad.yaml"
+    config.write_text(SFT_LORA.replace(*change))
+    code, out, err = cli("estimate", config, "--card", "24GiB")
+    assert (code, out, backend.jobs) == (2, "", [])
+    assert err == f"error: {config}: {message}\n"
+
+
+def test_a_broken_model_config_is_named_with_exit_2(fake_cli, tmp_path):
+    cli, _ = fake_cli(FakeDevice())
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3", "hidden_size": 64}))
+    code, _, err = cli("estimate", tmp_path, "--card", "24GiB")
+    assert code == 2 and err == (f"error: {tmp_path / 'config.json'}: num_attention_heads: a positive integer is "
+                                 "required, got None\n")
+    (tmp_path / "config.json").write_text("{")
+    code, _, err = cli("estimate", tmp_path, "--card", "24GiB")
+    assert code == 2 and err.startswith(f"error: {tmp_path / 'config.json'}: not JSON: ")

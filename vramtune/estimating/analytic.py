@@ -1,0 +1,84 @@
+"""Activations of a decoder known only by its config.json (Paddle-free), for models whose code cannot be built here.
+
+Per layer and sample, fp32 bytes (the form of Korthikanti et al. 2022's per-layer count, s b h (34 + 5 a s / h) in
+half precision, with coefficients fitted to what Paddle keeps):
+
+    s (C_h h + C_kv kv + C_f f) + C_a a s^2
+
+s the sequence, h the hidden size, kv the key/value width (heads x head size), f the intermediate size a token passes
+through (a dense MLP's; in a mixture of experts, the top-k routed experts' and the shared experts': only those hold
+activations), a the heads; in an MoE layer also each routed copy of a token's input and output (MOE_DISPATCH per
+hidden unit and routed expert: assumed, since PaddleFormers' MoE layer does not run on CPU). Outside the layers,
+per sample: LOGITS s V (the logits and the loss's copies) + MASK s^2 (the attention mask). Eager attention keeps
+the [s, s] terms; flash attention (PaddleFormers' default, flashmask, on a GPU) keeps neither (assumed).
+
+The coefficients were fitted to PaddleFormers 1.2's Llama (separate q/k/v and gate/up projections) and ERNIE-4.5
+(fused) on CPU, fp32, eager attention, at four shapes each, measured as the host allocator's peak of a training step
+(AdamW) less its weights, gradients and optimizer state, between 1 and 2 layers at 4 and 8 samples
+(bench/estimate_activations.py remeasures them and a held-out shape). Recompute of n of L layers (PaddleFormers'
+recompute_granularity full, recompute_method uniform, recompute_num_layers n): each recomputed layer keeps only its
+input (4 s h), and backward rebuilds one layer at a time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramtune.estimating.architecture import Architecture
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    hidden: float  # fp32 bytes per token and hidden unit
+    kv: float  # per token and key/value unit
+    intermediate: float  # per token and intermediate unit
+    scores: float  # per head and token pair (eager attention)
+
+
+SEPARATE = Coefficients(hidden=40.64, kv=11.38, intermediate=14.0, scores=4.34)  # PaddleFormers' Llama
+FUSED = Coefficients(hidden=22.35, kv=42.12, intermediate=14.0, scores=9.56)  # PaddleFormers' ERNIE-4.5
+LOGITS = 12.0  # per token and vocabulary entry
+MASK = 17.7  # per token pair, eager attention's mask
+MOE_DISPATCH = 8.0  # per token, hidden unit and routed expert: its dispatched input and its output (assumed)
+KEPT = 4.0  # per token and hidden unit: what a recomputed layer keeps (its input)
+
+
+@dataclass
+class AnalyticActivations:
+    """fp32 activations of one sample's layers and of what is outside them; the same interface as the probes' fit
+    (activations(layers, micro_batch, recomputed)), so every strategy's row is computed the same way."""
+
+    layer: float  # bytes per sample of the average layer
+    outside: float  # bytes per sample outside the layers
+    kept: float  # bytes per sample a recomputed layer keeps
+    layers: int
+    floor: float = 0.0
+
+    def activations(self, layers: int, micro_batch: int, recomputed: int) -> float:
+        held = (layers - recomputed) * self.layer + recomputed * self.kept + (self.layer if recomputed else 0.0)
+        return micro_batch * (self.outside + held)
+
+
+def layer_bytes(arch: Architecture, seq: int, index: int, flash: bool) -> float:
+    """One sample's fp32 activations in layer `index`."""
+    c = FUSED if arch.fused else SEPARATE
+    if arch.mla:
+        kv = arch.heads * (arch.mla["qk_nope"] + arch.mla["qk_rope"] + arch.mla["v_head_dim"]) // 2
+    else:
+        kv = arch.kv_heads * arch.head_dim
+    per_token = c.hidden * arch.hidden + c.kv * kv
+    if arch.moe and index in arch.moe_layers:
+        moe = arch.moe
+        per_token += c.intermediate * (moe.top_k * moe.intermediate + moe.shared_intermediate)
+        per_token += MOE_DISPATCH * moe.top_k * arch.hidden
+    else:
+        per_token += c.intermediate * arch.intermediate
+    return seq * per_token + (0.0 if flash else c.scores * arch.heads * seq * seq)
+
+
+def activations(arch: Architecture, seq: int, flash: bool) -> AnalyticActivations:
+    """The model's per-sample activations: its layers averaged (dense and MoE layers differ), and outside them the
+    logits, the mask (eager attention) and a multi-token-prediction layer where the model has one."""
+    per_layer = [layer_bytes(arch, seq, index, flash) for index in range(arch.layers)]
+    outside = LOGITS * seq * arch.vocab + (0.0 if flash else MASK * seq * seq)
+    outside += arch.mtp_layers * (layer_bytes(arch, seq, arch.layers, flash) + LOGITS * seq * arch.vocab)
+    return AnalyticActivations(sum(per_layer) / arch.layers, outside, KEPT * seq * arch.hidden, arch.layers)

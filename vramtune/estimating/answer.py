@@ -1,0 +1,143 @@
+"""`vramtune estimate` for a model known by its config.json (a model folder, the file, or a PaddleFormers config
+naming the folder): no probe, nothing built. The state is counted from the sizes (architecture.py), the activations
+come from the analytic model (analytic.py), and every strategy a PaddleFormers run could take is predicted per
+rank: fine-tuning (LoRA, full) x precision (fp32, AMP O1, O2) x recompute (none, a quarter, half, three quarters,
+every layer) x sharding stage (with several devices) x micro-batch."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from vramtune.estimating.analytic import activations
+from vramtune.estimating.architecture import Architecture, architecture, count
+from vramtune.estimating.model import Counts, Factors, Row, row
+from vramtune.mechanisms.precision import level_of
+from vramtune.records import Budget
+
+FINE_TUNINGS = ("LoRA", "full")
+DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
+PREFERENCE = {"O2": 0, "O1": 1, "O0": 2}
+FLASH = ("flashmask", "sdpa", "flash_attention")  # attention implementations that keep no [s, s] tensor on a GPU
+
+
+@dataclass
+class Question:
+    """What the user asks: a model's config.json and how PaddleFormers would train it (its defaults)."""
+
+    name: str
+    config: dict[str, Any]
+    seq_len: int = 4096  # max_seq_len
+    batch: int = 8  # per_device_train_batch_size x gradient_accumulation_steps
+    fine_tuning: str | None = None  # LoRA or full; None: both are answered, neither asked
+    lora_rank: int = 8
+    compute_type: str = "bf16"
+    master_grad: bool = True  # amp_master_grad
+    attention: str = "flashmask"  # _attn_implementation
+    devices: int = 1
+    optimizer: str = "adamw"
+    packing: bool | None = None  # a PaddleFormers config's: samples packed to seq_len (None: a bare model)
+
+
+@dataclass
+class Answer:
+    question: Question
+    arch: Architecture
+    budget: Budget
+    counts: dict[str, Counts]  # per fine-tuning
+    rows: dict[str, list[Row]]  # per fine-tuning
+    active: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def best(self, fine_tuning: str) -> Row | None:
+        fitting = [r for r in self.rows[fine_tuning] if r.fits]
+        return min(fitting, key=preference) if fitting else None
+
+    @property
+    def fits(self) -> bool:
+        """The fine-tuning asked (or either, when none was) has a strategy predicted to fit."""
+        asked = [self.question.fine_tuning] if self.question.fine_tuning else list(FINE_TUNINGS)
+        return any(self.best(f) for f in asked)
+
+    def to_json(self) -> dict[str, Any]:
+        q = self.question
+        return {"model": q.name, "model_type": self.arch.model_type, "seq_len": q.seq_len, "batch": q.batch,
+                "devices": q.devices, "budget_bytes": self.budget.bytes, "limit_bytes": int(self.budget.limit),
+                "attention": q.attention, "asked": q.fine_tuning, "active_params": self.active,
+                "seconds": round(self.seconds, 3), "notes": self.notes,
+                **{f: {"counts": vars(self.counts[f]), "rows": [r.to_json() for r in self.rows[f]],
+                       "best": (b.to_json() if (b := self.best(f)) else None)} for f in FINE_TUNINGS}}
+
+
+def preference(r: Row) -> tuple:
+    """The predicted best first: AMP O2, then O1, then fp32; the fewest layers recomputed; the largest micro-batch;
+    the lowest sharding stage."""
+    return (PREFERENCE[level_of(r.precision)], r.recomputed_blocks, -r.micro_batch, r.sharding_stage)
+
+
+def precisions(compute_type: str) -> list[str]:
+    return ["fp32"] if compute_type == "fp32" else ["fp32", compute_type, f"{compute_type}-o2"]
+
+
+def recompute_levels(layers: int) -> list[int]:
+    return sorted({0, layers // 4, layers // 2, 3 * layers // 4, layers})
+
+
+def micro_batches(batch: int) -> list[int]:
+    return [m for m in (2**i for i in range(batch.bit_length())) if batch % m == 0]
+
+
+def answer(question: Question, card_bytes: int, headroom: float = 0.05) -> Answer:
+    start = time.monotonic()
+    arch = architecture(question.config)
+    fit = activations(arch, question.seq_len, question.attention in FLASH)
+    budget = Budget(card_bytes, headroom)
+    factors = Factors()
+    stages = [0, 1, 2, 3] if question.devices > 1 else [0]
+    counts, rows = {}, {}
+    for fine_tuning in FINE_TUNINGS:
+        counted = count(arch, question.lora_rank if fine_tuning == "LoRA" else None)
+        counts[fine_tuning] = Counts(counted.params, counted.trainable, matmul=counted.matmul, layers=arch.layers,
+                                     shape={"hidden_size": arch.hidden, "num_hidden_layers": arch.layers})
+        rows[fine_tuning] = []
+        for precision in precisions(question.compute_type):
+            for stage in stages:
+                for recomputed in recompute_levels(arch.layers):
+                    for micro in micro_batches(question.batch):
+                        predicted = row(counts[fine_tuning], fit, factors, precision=precision, micro_batch=micro,
+                                        accumulation=question.batch // micro, recomputed=recomputed, stage=stage,
+                                        devices=question.devices, optimizer=question.optimizer, gpu=True,
+                                        master_grad=question.master_grad, buffer_ratio=DATA_PARALLEL_BUFFERS)
+                        predicted.fits = budget.fits(predicted.reserved)
+                        rows[fine_tuning].append(predicted)
+    active = count(arch).active
+    return Answer(question, arch, budget, counts, rows, active, time.monotonic() - start,
+                  _notes(question, arch, factors))
+
+
+def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str]:
+    flash = question.attention in FLASH
+    notes = [] if question.packing is None else [
+        f"max_seq_len {question.seq_len}: " + ("packing fills every sample to it" if question.packing else
+                                               "without packing samples are not padded to it: an upper bound")]
+    notes += [
+        "counted (exact, from config.json as PaddleFormers builds the model): every parameter"
+        + (", every expert resident" if arch.moe else "") + f"; LoRA r={question.lora_rank} on PaddleFormers' "
+        "target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments"
+        + (", fp32 gradients with amp_master_grad" if question.master_grad else "") + ")",
+        "measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and "
+        "width, and of the logits" + (f"; only the top-{arch.moe.top_k} routed experts hold activations"
+                                      if arch.moe else ""),
+        f"assumed: AMP O1 activations x{factors.o1_activations:g} of fp32's, O2 x{factors.o2_activations:g}, the GPU "
+        f"allocator's reserve +{factors.fragmentation:.0%}"
+        + (f", {question.attention} attention keeps no [s, s] tensor" if flash else "")
+        + (", each routed copy of a token's input and output in an MoE layer" if arch.moe else "")
+        + (", data parallel's gradient buffers x1.00 of the gradients (no sharding)" if question.devices > 1 else ""),
+    ]
+    if arch.fused is False and arch.model_type not in ("llama",):
+        notes.append(f"{arch.model_type}: the coefficients of PaddleFormers' Llama (separate projections) are assumed")
+    if arch.model_type.startswith(("qwen", "glm")):
+        notes.append(f"{arch.model_type}: the coefficients of PaddleFormers' ERNIE-4.5 (fused projections) are "
+                     "assumed (its code needs paddlefleet, not on PyPI: it cannot be built here)")
+    return notes
