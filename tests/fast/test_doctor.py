@@ -104,7 +104,7 @@ def test_doctor_on_a_cpu_runs_what_applies_and_skips_the_rest_with_the_reason(do
     assert lines[4].startswith("pass  amp        auto_cast changes nothing here: under fp16 and bf16 a matmul's "
                                "output stays float32")
     assert lines[5].startswith("pass  recompute  vramtune's wrapper: activations 21.0 MiB instead of 34.0 MiB (38% "
-                               "saved); PaddleFormers's own (a small Llama): activations 21.0 MiB instead of 34.0 MiB")
+                               "saved); PaddleFormers' own (a small Llama): activations 21.0 MiB instead of 34.0 MiB")
     assert lines[6] == "skip  ranks      needs 2+ GPUs (this machine: no GPU)"
     assert lines[7].startswith("skip  allocator  the CPU allocator keeps no reserve")
     assert lines[8].startswith("doctor: 4 passed, 0 failed, 3 skipped in ")
@@ -164,8 +164,8 @@ GPU_FAILS = [
     ("amp", "fp16-O1", {"peak": 70 * MiB}, "fp16-O1 peak 1.17 of fp32's", "fp16-O1 peaks no lower than fp32"),
     ("recompute", "wrapper", {"recomputed": {"activations": 40 * MiB}}, "wrapper: activations 40.0 MiB instead of "
      "34.0 MiB (-18% saved)", "recompute (vramtune's wrapper) saves no memory here"),
-    ("recompute", "native", {"recomputed": {"activations": 34 * MiB}}, "PaddleFormers's own (a small Llama): "
-     "activations 34.0 MiB instead of 34.0 MiB (0% saved)", "recompute (PaddleFormers's own (a small Llama)) saves"),
+    ("recompute", "native", {"recomputed": {"activations": 34 * MiB}}, "PaddleFormers' own (a small Llama): "
+     "activations 34.0 MiB instead of 34.0 MiB (0% saved)", "recompute (PaddleFormers' own (a small Llama)) saves"),
     ("ranks", "", {"ranks": [{"rank": 0, "world_size": 1, "peak": 60 * MiB}]}, "rank 0 peak 60.0 MiB",
      "not every rank reported from a world of 2"),
     ("allocator", "", {"strategy": "naive_best_fit"}, "FLAGS_allocator_strategy=naive_best_fit",

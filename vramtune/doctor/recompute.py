@@ -21,6 +21,10 @@ LLAMA = {"vocab_size": 1000, "hidden_size": 256, "intermediate_size": 688, "num_
 TOKENS = (4, 128)  # batch, sequence
 
 
+def possessive(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
 def library() -> str | None:
     return next((name for name in LIBRARIES if importlib.util.find_spec(name)), None)
 
@@ -98,7 +102,8 @@ class Recompute(Check):
         for part, run in runs.items():
             plain, recomputed = run.figures["plain"], run.figures["recomputed"]
             saved = plain["activations"] - recomputed["activations"]
-            who = "vramtune's wrapper" if part == "wrapper" else f"{run.figures['library']}'s own (a small Llama)"
+            who = ("vramtune's wrapper" if part == "wrapper"
+                   else f"{possessive(run.figures['library'])} own (a small Llama)")
             figures.append(f"{who}: activations {format_bytes(recomputed['activations'])} instead of "
                            f"{format_bytes(plain['activations'])} ({saved / plain['activations']:.0%} saved)")
             if saved <= 0:
