@@ -5,7 +5,9 @@ memory model, verified, corrected on a miss), then a walk to smaller micro-batch
 the axes at larger micro-batches while those are faster. Which mechanism plays which role (tried at the whole
 batch, an outer alternative, an axis, a refinement of the best) is the ladder's data (search/roles.py); each
 mechanism's own functions say what its alternatives, levels and refinements are (mechanisms/base.py).
-Throughput is measured, not assumed; memory is predicted (search/memory.py) before it is measured.
+Throughput is measured, not assumed; memory is predicted (search/memory.py) before it is measured. What is known
+before a probe (each mechanism's bounds, another precision's activations scaled by the stated AMP factors: the
+prior, docs/search.md) only places probes and rules out ones that cannot fit or cannot win.
 """
 from __future__ import annotations
 
@@ -325,6 +327,7 @@ class Tuner:
         to fit, else every axis at its most saving level at the best's micro-batch or a smaller one."""
         sizes = [m for m in self.problem.micro_batches if m <= best.strategy.micro_batch][:1 + self.COMPARE_SMALLER]
         plains = [self.without_axes(self.sized(best.strategy.with_(**changes), size)) for size in sizes]
+
         def modelled(strategy: Strategy) -> bool:  # the best's speed at its size is modelled: no probe of it
             mine = strategy.with_(**{name: getattr(best.strategy, name) for name in changes})
             return self.problem.speed_rises_with_batch and self.speed(mine).plain(mine.micro_batch) is not None
