@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 
+from vramtune.dialects.paddleformers.reading import formers_spec
 from vramtune.reading import Problem, SpecError, read_spec_text
 from vramtune.report import Tuned
 from vramtune.spec.arguments import read_arguments, spec_from_arguments
@@ -49,7 +50,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
     first. An arguments file's batch is per rank: with --devices N its target batch is N times it."""
     arguments, warnings = None, []
     overrides = overrides or {}
-    if Path(path).suffix == ".json":
+    formers = formers_spec(Path(path), overrides.get("kit.options"))
+    if formers is not None:  # a PaddleFormers 1.x config (YAML or JSON), recognised by its keys
+        raw, warnings = formers
+    elif Path(path).suffix == ".json":
         arguments = read_arguments(Path(path))
         raw, warnings = spec_from_arguments(arguments, str(path))
         devices = overrides.get("devices") or raw.get("devices")
