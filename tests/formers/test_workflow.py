@@ -1,0 +1,70 @@
+"""The real client: vramtune tunes a PaddleFormers config, `apply` writes the same file back, and PaddleFormers' own
+workflow (`python -m paddleformers.cli.launcher train tuned.yaml`, the one-process form of `paddleformers-cli
+train`) trains the tuned file on CPU with a tiny local model folder and peaks where vramtune measured.
+
+The workflow's training peak is the host allocator's peak over Trainer.train() (tests/formers/hook/sitecustomize.py);
+the one change made to the workflow is there: on CPU, paddle.device.synchronize() (called by the Trainer with
+gradient accumulation, and raising "device should be gpu, xpu" on CPU) is a no-op. vramtune's probes do not run
+the Trainer and do not depend on it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import ROOT, needs_paddleformers
+from formers_client import workflow_peak, write_config
+
+pytestmark = [pytest.mark.paddle, needs_paddleformers]
+TOLERANCE = 0.05
+
+
+def tune(cli, path, *flags) -> tuple:
+    """probe + apply: the tuned file, the chosen result, and what the probe said."""
+    code, out, said = cli("probe", path, "--device", "cpu", "--json", *flags)
+    assert code == 0, said
+    tuned = path.with_name(path.stem + ".tuned" + path.suffix)
+    code, out, err = cli("apply", path, "--device", "cpu", "-o", tuned, "--json", *flags)
+    assert code == 0, err
+    return tuned, json.loads(out)["chosen"], said
+
+
+def changed_keys(original, tuned) -> dict:
+    before, after = yaml.safe_load(original.read_text()), yaml.safe_load(tuned.read_text())
+    assert list(before) == [key for key in after if key in before]  # order kept
+    return {key: after.get(key) for key in {*before, *after} if before.get(key) != after.get(key)}
+
+
+def test_sft_lora_recompute_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_config(tmp_path)
+    # m=4 without recompute measures about 6.2 MiB, with every layer recomputed about 5.4: only recompute fits
+    tuned, chosen, said = tune(cli, path, "--budget", "6MiB", "--max-accumulation", "1")
+    assert (chosen["micro_batch"], chosen["accumulation"], chosen["recomputed_blocks"]) == (4, 1, 2)
+    assert "sequence length 78: the longest of the 4 training samples kept" in said
+    assert changed_keys(path, tuned) == {"recompute_granularity": "full", "recompute_method": "uniform",
+                                         "recompute_num_layers": 1}
+    assert "max_steps: 4  # one optimizer step" in tuned.read_text()  # comments kept
+    peak = workflow_peak(tuned, tmp_path)
+    assert peak["steps"] == 4
+    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+
+
+def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_config(tmp_path, fine_tuning="full", lora_rank=None, per_device_train_batch_size=2,
+                        gradient_accumulation_steps=2)
+    # full fine-tuning at m=4 needs about 7 MiB: 6MiB leaves m=2 x 2 or m=1 x 4, with or without recompute
+    tuned, chosen, _ = tune(cli, path, "--budget", "6MiB")
+    assert chosen["micro_batch"] * chosen["accumulation"] == 4 and chosen["micro_batch"] < 4
+    changes = changed_keys(path, tuned)
+    assert set(changes) <= {"per_device_train_batch_size", "gradient_accumulation_steps", "recompute_granularity",
+                            "recompute_method", "recompute_num_layers"}
+    peak = workflow_peak(tuned, tmp_path)
+    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+
+
+def test_the_shipped_example_trains_in_the_workflow_as_it_is(tmp_path):
+    """configs/formers-sft-lora-cpu.yaml is a file PaddleFormers trains (from the repository root)."""
+    peak = workflow_peak(ROOT / "configs" / "formers-sft-lora-cpu.yaml", ROOT, f"output_dir={tmp_path / 'out'}")
+    assert peak["steps"] == 4 and peak["peak_bytes"] > 0
