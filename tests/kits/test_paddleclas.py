@@ -1,0 +1,101 @@
+"""PaddleClas configs as specs: read Paddle-free, probed with the kit's own model and loss, written back, and the
+kit's own tools/train.py run on the tuned file peaking where vramtune's probe did."""
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kit_client as client
+import pytest
+import yaml
+
+from vramtune.spec import SpecError, load_spec
+
+CHECKOUT = client.kit("PaddleClas")
+needs_kit = pytest.mark.skipif(CHECKOUT is None, reason=f"no PaddleClas checkout in {client.KITS}")
+RESNET = "ppcls/configs/ImageNet/ResNet/ResNet50.yaml"
+VIT = "ppcls/configs/ImageNet/VisionTransformer/ViT_base_patch16_224.yaml"
+
+
+@needs_kit
+def test_a_config_is_a_spec_with_its_own_batch():
+    spec = load_spec(CHECKOUT / RESNET, {"kit.options": ["Global.update_freq=2"]})
+    assert spec.source == "paddleclas"
+    assert spec.train.target_batch == 64 * 2
+    assert spec.train.optimizer == "momentum"
+    assert spec.settings["evaluation"].batch == 64
+    assert spec.model.checkout == str(CHECKOUT.resolve())
+    assert spec.model.probe_options == ["Arch.pretrained=False"]  # weights are never downloaded
+
+
+@needs_kit
+def test_overrides_set_the_batch_and_bad_ones_are_one_message():
+    spec = load_spec(CHECKOUT / VIT, {"kit.options": ["DataLoader.Train.sampler.batch_size=8",
+                                                      "Global.eval_during_train=False"]})
+    assert spec.train.target_batch == 8 and spec.settings["evaluation"] is None
+    with pytest.raises(SpecError, match="must be Key=value"):
+        load_spec(CHECKOUT / VIT, {"kit.options": ["Global.epochs"]})
+
+
+@needs_kit
+def test_a_config_outside_a_checkout_is_refused(tmp_path):
+    copy = tmp_path / "ResNet50.yaml"
+    shutil.copy(CHECKOUT / RESNET, copy)
+    with pytest.raises(SpecError, match="outside a paddleclas checkout"):
+        load_spec(copy)
+
+
+def diff(before: Path, after: Path) -> list[str]:
+    """The changed lines, in order, without context."""
+    lines = difflib.unified_diff(before.read_text().splitlines(), after.read_text().splitlines(), n=0, lineterm="")
+    return [line for line in lines if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def vramtune(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vramtune", *arguments], cwd=cwd, capture_output=True, text=True,
+                          timeout=1200, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+
+
+def clas_dataset(folder: Path, train: int, evaluate: int) -> list[str]:
+    """ImageNetDataset label files over random JPEGs; the -o options that train and evaluate on them, once."""
+    names = client.write_images(folder / "images", max(train, evaluate), 72, 72)
+    (folder / "train.txt").write_text("".join(f"images/{n} {i % 10}\n" for i, n in enumerate(names[:train])))
+    (folder / "val.txt").write_text("".join(f"images/{n} {i % 10}\n" for i, n in enumerate(names[:evaluate])))
+    options = ["Global.device=cpu", "Global.epochs=1", f"Global.output_dir={folder}/out", "Global.save_interval=100"]
+    for part, labels in (("Train", "train.txt"), ("Eval", "val.txt")):
+        options += [f"DataLoader.{part}.dataset.image_root={folder}/",
+                    f"DataLoader.{part}.dataset.cls_label_path={folder}/{labels}",
+                    f"DataLoader.{part}.loader.num_workers=0", f"DataLoader.{part}.loader.use_shared_memory=False"]
+    return options
+
+
+@needs_kit
+@pytest.mark.paddle
+@pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
+def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
+    """ResNet50 at 32 px, 10 classes, batch 32 (the BatchNorm floor is 16): a budget between m=16 and m=32."""
+    shape = ["DataLoader.Train.dataset.transform_ops.1.RandCropImage.size=32", "Arch.class_num=10",
+             "DataLoader.Train.sampler.batch_size=32", "DataLoader.Eval.sampler.batch_size=32",
+             "DataLoader.Eval.dataset.transform_ops.1.ResizeImage.resize_short=36",
+             "DataLoader.Eval.dataset.transform_ops.2.CropImage.size=32"]
+    flags = [f"-O{option}" for option in shape]
+    out = tmp_path / "ResNet50.tuned.yaml"
+    done = vramtune("apply", str(CHECKOUT / RESNET), "--device", "cpu", "--budget", "340MiB", "-o", str(out),
+                    "--json", *flags, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    exported = json.loads(done.stdout)["exported"]
+    assert (exported["micro_batch"], exported["accumulation"]) == (16, 2)
+    tuned = yaml.safe_load(out.read_text())
+    assert tuned["DataLoader"]["Train"]["sampler"]["batch_size"] == 16 and tuned["Global"]["update_freq"] == 2
+    assert diff(CHECKOUT / RESNET, out) == ["+  update_freq: 2", "-      batch_size: 64", "+      batch_size: 16",
+                                            "-      batch_size: 64", "+      batch_size: 32"]
+
+    eval_batch = exported["eval_batch"]
+    options = clas_dataset(tmp_path / "data", train=16 * 2 * 2, evaluate=eval_batch)
+    peak, _ = client.run_train(CHECKOUT, out, [*shape[:2], *shape[4:], "Arch.pretrained=False", *options], tmp_path)
+    probed = max(exported["peak_bytes"], exported["eval_peaks"][str(eval_batch)])
+    assert abs(peak - probed) / probed < 0.05, (peak, probed)

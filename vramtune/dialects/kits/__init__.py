@@ -1,0 +1,32 @@
+"""Paddle's training kits (PaddleClas, PaddleOCR): a kit's training config, in the user's checkout of the kit, read
+as a spec; probes build the kit's own model and loss from it; `apply` writes the same file back.
+
+One module per kit (`paddleclas.py`, `paddleocr.py`) declares how to recognise its configs, the spec a config
+becomes, its model source (the child side) and the config keys a tuned strategy sets; `config.py` holds what they
+share (finding the checkout, the kit's `-o Key=value` overrides, dotted keys)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import vramtune.sources  # noqa: F401  the source registry imports the kit modules: load it first
+from vramtune.dialects.kits import paddleclas
+from vramtune.dialects.kits.config import Kit, KitError
+from vramtune.reading import Problem, SpecError
+
+KITS: dict[str, Kit] = {kit.name: kit for kit in (paddleclas.KIT,)}
+
+__all__ = ["KITS", "Kit", "KitError", "kit_of", "kit_spec"]
+
+
+def kit_of(raw: Any) -> Kit | None:
+    """The kit whose training config this parsed YAML is, if any."""
+    return next((kit for kit in KITS.values() if kit.recognises(raw)), None)
+
+
+def kit_spec(kit: Kit, raw: dict[str, Any], path: Path, options: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The vramtune spec a kit config becomes; KitError as the spec's one problem."""
+    try:
+        return kit.spec(raw, path, options)
+    except KitError as error:
+        raise SpecError([Problem(str(path), "", str(error).removeprefix(f"{path}: "))]) from None

@@ -1,0 +1,147 @@
+"""What every kit shares: finding the user's checkout of the kit from the config file, the kit's own `-o Key=value`
+overrides (dotted keys, list indices allowed, values read as Python literals as the kits read them), and the
+settings a probe carries to the child (the checkout, the config, the overrides and the probe's own ones)."""
+from __future__ import annotations
+
+import ast
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vramtune.sources.base import Source
+
+
+class KitError(Exception):
+    """A kit config that cannot be read, or a kit that cannot be imported: one clear message."""
+
+
+@dataclass
+class KitModel:
+    """A probe's model: the kit's config in its checkout, built by the kit's own code in the child."""
+
+    config: str  # the config file, absolute
+    checkout: str  # the kit's checkout (the folder holding tools/train.py), put on sys.path in the child
+    options: list[str] = field(default_factory=list)  # the user's -o Key=value overrides, in order
+    probe_options: list[str] = field(default_factory=list)  # what the probe itself sets (no pretrained weights)
+
+
+@dataclass
+class Kit:
+    """A kit's dialect: how its configs are recognised and what a config becomes."""
+
+    name: str  # its source name: paddleclas, paddleocr
+    package: str  # the kit's Python package in its checkout (ppcls, ppocr)
+    sections: tuple[str, ...]  # top-level keys that, together, mark its training configs
+
+    def recognises(self, raw: Any) -> bool:
+        return isinstance(raw, dict) and all(key in raw for key in self.sections)
+
+    def checkout(self, config: Path) -> Path:
+        """The kit's checkout: the nearest folder above the config holding the kit's package and tools/train.py."""
+        for folder in config.resolve().parents:
+            if (folder / self.package).is_dir() and (folder / "tools" / "train.py").is_file():
+                return folder
+        raise KitError(f"{config}: a {self.name} config outside a {self.name} checkout (no folder above it holds "
+                       f"{self.package}/ and tools/train.py): vramtune builds the model with the kit's own code")
+
+    def spec(self, raw: dict[str, Any], path: Path, options: list[str]) -> tuple[dict[str, Any], list[str]]:
+        """The raw vramtune spec for a config (overrides applied) and warnings for the user."""
+        raise NotImplementedError
+
+    def changes(self, raw: dict[str, Any], tuned: Any) -> tuple[dict[str, Any], list[str]]:
+        """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know."""
+        raise NotImplementedError
+
+
+def literal(text: str) -> Any:
+    """A -o value as the kits read it: a Python literal where it is one, else the string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def split_option(option: str) -> tuple[str, Any]:
+    key, equals, value = option.partition("=")
+    if not equals or not key:
+        raise KitError(f"-o {option!r}: must be Key=value (dotted keys, e.g. Global.epochs=1)")
+    return key, literal(value)
+
+
+def set_key(raw: Any, dotted: str, value: Any) -> None:
+    """Set a dotted key (list indices allowed), creating mappings on the way as the kits' overrides do."""
+    node = raw
+    *parents, last = dotted.split(".")
+    for part in parents:
+        if isinstance(node, list):
+            node = node[int(part)]
+        else:
+            if not isinstance(node.get(part), (dict, list)):
+                node[part] = {}
+            node = node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def apply_options(raw: dict[str, Any], options: list[str]) -> dict[str, Any]:
+    for option in options:
+        key, value = split_option(option)
+        try:
+            set_key(raw, key, value)
+        except (IndexError, ValueError) as error:
+            raise KitError(f"-o {option}: {error}") from None
+    return raw
+
+
+def get_key(raw: Any, dotted: str, default: Any = None) -> Any:
+    node = raw
+    for part in dotted.split("."):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return default
+    return node
+
+
+@contextlib.contextmanager
+def on_path(checkout: str) -> Iterator[None]:
+    """The checkout first on sys.path while the kit's modules are imported (child side)."""
+    sys.path.insert(0, checkout)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(checkout)
+
+
+def kit_import_error(kit: str, checkout: str, error: ImportError) -> KitError:
+    missing = getattr(error, "name", None) or str(error)
+    return KitError(f"{kit} in {checkout} cannot be imported: {error} (install the kit's requirements: pip install "
+                    f"-r {checkout}/requirements.txt{'' if not missing else f'; missing: {missing}'})")
+
+
+class KitSource(Source):
+    """A kit's model source: the spec's model: keys are written by the dialect, never by hand."""
+
+    settings = KitModel
+
+    def read(self, model, data):
+        settings = KitModel(config=model.get("config", str), checkout=model.get("checkout", str),
+                            options=model.get("options", list, []) or [],
+                            probe_options=model.get("probe_options", list, []) or [])
+        data.finish()
+        return settings if settings.config and settings.checkout else None
+
+    def identity(self, settings, spec_dir):
+        """The config's text and the kit's code decide the model: a changed file is a different model."""
+        import hashlib
+
+        return {"config_sha256": hashlib.sha256(Path(settings.config).read_bytes()).hexdigest(),
+                "checkout": settings.checkout}

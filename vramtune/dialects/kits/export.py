@@ -1,0 +1,48 @@
+"""`--format kit` (the default for a kit's config): the user's own config with only the tuned keys changed, every
+comment, the key order and the anchors kept (an anchored batch moves its aliases), and the command that trains it."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vramtune.export.roundtrip import set_keys
+from vramtune.report import Report, Tuned
+
+NAME, SUFFIX = "kit", ".tuned.yml"
+ACCEPTED = None  # the search explores only what the kit's config can say (spec(): recompute and sharding off)
+SOURCES = ("paddleclas", "paddleocr")  # the kits' model sources: the specs this format writes back
+
+
+def is_kit_config(path: Path) -> bool:
+    """Whether the file is a kit's training config (read leniently: a broken file is reported by the reader)."""
+    from vramtune.dialects.kits import kit_of
+
+    try:
+        return kit_of(yaml.safe_load(path.read_text(encoding="utf-8"))) is not None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+
+
+def command(spec: Any, changed: set[str]) -> str:
+    """How to train the tuned file: the kit's tools/train.py, with the user's -o options that are not tuned keys."""
+    options = [option for option in spec.model.options if option.partition("=")[0] not in changed]
+    tail = "".join(f" -o {shlex.quote(option)}" for option in options)
+    return f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py -c TUNED_FILE{tail}"
+
+
+def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+    from vramtune.dialects.kits import KITS
+
+    text = Path(spec.model.config).read_text(encoding="utf-8")
+    changes, warnings = KITS[spec.source].changes(yaml.safe_load(text), Tuned.of(report))
+    tuned, followers = set_keys(text, changes, "yaml")
+    if followers:
+        warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
+    overridden = [option for option in spec.model.options if option.partition("=")[0] in changes]
+    if overridden:
+        warnings.append(f"-o {' -o '.join(overridden)}: tuned in the file now; do not pass them to the kit again")
+    warnings.append("train the tuned file with the kit: " + command(spec, set(changes)))
+    return tuned, warnings

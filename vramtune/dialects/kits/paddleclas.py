@@ -1,0 +1,133 @@
+"""PaddleClas training configs (`python tools/train.py -c ppcls/configs/...yaml -o Key=value`).
+
+The target batch is the config's own: DataLoader.Train.sampler.batch_size x Global.update_freq (per card).
+Strategies the kit has: the per-card batch with update_freq keeping the target (PaddleClas accumulates), AMP
+(`AMP.use_amp`, `AMP.level`; an AMP section without use_amp means on), `Global.to_static`; evaluation
+(`Global.eval_during_train`) at DataLoader.Eval.sampler.batch_size, tuned too. PaddleClas has no recompute.
+
+The probe builds the kit's own model (`ppcls.arch.build_model`) and loss (`ppcls.loss.build_loss`) from the
+config through the kit's own loader (`ppcls.utils.config.get_config`, the -o overrides applied), and trains them
+in vramtune's loop, which steps as `ppcls/engine/train/train.py` does (forward, the loss dict's `loss` / update_freq,
+backward, the optimizer every update_freq steps, clear_grad). Not through `ppcls.engine.Engine`: it builds the
+dataloaders (the user's dataset files) in its constructor and trains whole epochs; what it adds to memory beside
+model, loss and optimizer is only EMA (named below when the config has it)."""
+from __future__ import annotations
+
+from typing import Any
+
+from vramtune.dialects.kits.config import Kit, KitError, KitSource, apply_options, get_key, kit_import_error, on_path
+from vramtune.sources.base import BuildError, BuiltModel
+
+TRAIN_BATCH, EVAL_BATCH, UPDATE_FREQ = ("DataLoader.Train.sampler.batch_size", "DataLoader.Eval.sampler.batch_size",
+                                        "Global.update_freq")
+# the kit's optimizer names -> vramtune's (the state each keeps per parameter is the same)
+OPTIMIZERS = {"momentum": "momentum", "adamw": "adamw", "adam": "adam", "sgd": "sgd"}
+CROPS = ("RandCropImage", "RandCropImageV2", "RandomResizedCrop", "CropImage", "ResizeImage")
+
+
+def image_size(config: dict[str, Any]) -> tuple[int, int]:
+    """(height, width) of a training image: the train transforms' crop, else Global.image_shape."""
+    for op in get_key(config, "DataLoader.Train.dataset.transform_ops", []) or []:
+        name, params = next(iter(op.items())) if isinstance(op, dict) and op else (None, None)
+        size = (params or {}).get("size") if name in CROPS else None
+        if isinstance(size, int):
+            return size, size
+        if isinstance(size, (list, tuple)) and len(size) == 2:
+            return int(size[1]), int(size[0])  # the kit's crops take (width, height)
+    shape = get_key(config, "Global.image_shape", [3, 224, 224])
+    return int(shape[1]), int(shape[2])
+
+
+def amp_on(config: dict[str, Any]) -> bool:
+    amp = config.get("AMP")
+    return bool(amp) and bool(amp.get("use_amp", True))
+
+
+class PaddleClas(Kit):
+    def spec(self, raw, path, options):
+        config = apply_options(raw, options)
+        batch = get_key(config, TRAIN_BATCH)
+        if not isinstance(batch, int) or batch < 1:
+            raise KitError(f"{path}: {TRAIN_BATCH} must be a positive integer, got {batch!r}")
+        update_freq = get_key(config, UPDATE_FREQ, 1) or 1
+        optimizer = str(get_key(config, "Optimizer.name", "Momentum")).lower()
+        warnings = []
+        if optimizer not in OPTIMIZERS:
+            warnings.append(f"{path}: Optimizer.name {optimizer}: measured with AdamW's state (8 bytes per weight)")
+        if "EMA" in config:
+            warnings.append(f"{path}: EMA keeps a copy of the weights beside them: not measured (add its bytes)")
+        spec: dict[str, Any] = {
+            "name": path.stem,
+            "model": {"source": self.name, "config": str(path.resolve()), "checkout": str(self.checkout(path)),
+                      "options": list(options), "probe_options": self._probe_options(config)},
+            "data": {},
+            "train": {"target_batch": batch * update_freq, "optimizer": OPTIMIZERS.get(optimizer, "adamw"),
+                      "learning_rate": 0.001},
+            "device": "auto", "budget": "auto",
+            "search": {"recompute": "off", "sharding": "off",
+                       "precisions": ["fp16", "fp16-o2"],
+                       **({} if get_key(config, "Global.to_static") else {"to_static": "off"})},
+        }
+        if get_key(config, "Global.eval_during_train", False):
+            eval_batch = get_key(config, EVAL_BATCH, batch)
+            spec["train"]["evaluation"] = {"batch": eval_batch, "keep": "loss"}
+        return spec, warnings
+
+    @staticmethod
+    def _probe_options(config: dict[str, Any]) -> list[str]:
+        """What the probe sets besides the user's overrides: no pretrained weights (they change no byte)."""
+        return ["Arch.pretrained=False"] if get_key(config, "Arch.pretrained") else []
+
+    def changes(self, raw, tuned):
+        strategy, facts = tuned.strategy, tuned.facts_of("evaluation")
+        changes: dict[str, Any] = {TRAIN_BATCH: strategy.micro_batch}
+        if strategy.accumulation > 1 or get_key(raw, UPDATE_FREQ) is not None:
+            changes[UPDATE_FREQ] = strategy.accumulation
+        if facts.get("eval_batch") is not None:
+            changes[EVAL_BATCH] = facts["eval_batch"]
+        if strategy.to_static:
+            changes["Global.to_static"] = True
+        if strategy.precision != "fp32":
+            changes.update({"AMP.use_amp": True, "AMP.level": "O2" if strategy.precision.endswith("-o2") else "O1"})
+        elif amp_on(raw):
+            changes["AMP.use_amp"] = False
+        return changes, []
+
+
+KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoader"))
+
+
+class PaddleClasSource(KitSource):
+    name = "paddleclas"
+
+    def build(self, settings, spec_dir, configure):
+        import paddle
+
+        with on_path(settings.checkout):
+            try:
+                from ppcls.arch import build_model
+                from ppcls.loss import build_loss
+                from ppcls.utils import config as kit_config
+                from ppcls.utils import logger
+            except ImportError as error:
+                raise BuildError(str(kit_import_error("PaddleClas", settings.checkout, error))) from error
+            logger.init_logger()
+            config = kit_config.get_config(settings.config, overrides=[*settings.options, *settings.probe_options],
+                                           show=False)
+            model = build_model(config)
+            train_loss = build_loss(config["Loss"]["Train"])
+        height, width = image_size(config)
+        classes = int(get_key(config, "Arch.class_num", 1000))
+
+        def make_batch(batch: int):
+            return paddle.randn([batch, 3, height, width]), paddle.randint(0, classes, [batch, 1])
+
+        def loss(network, batch):
+            images, labels = batch
+            return train_loss(network(images), labels)["loss"]
+
+        return BuiltModel(model, make_batch, loss)
+
+
+SOURCE = PaddleClasSource()
+
