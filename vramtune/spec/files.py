@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 
+from vramtune.dialects.kits import kit_of, kit_spec
 from vramtune.dialects.paddleformers.reading import formers_spec
 from vramtune.reading import Problem, SpecError, read_spec_text
 from vramtune.report import Tuned
@@ -61,6 +62,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
             overrides = {**overrides, "train.target_batch": raw["train"]["target_batch"] * devices}
     else:
         raw = read_yaml(path)
+        kit = kit_of(raw)
+        if kit is not None:  # a kit's training config, its -o options given as `kit.options`
+            raw, warnings = kit_spec(kit, raw, Path(path), overrides.get("kit.options") or [])
+    overrides = {key: value for key, value in overrides.items() if key != "kit.options"}
     if overrides and isinstance(raw, dict):
         raw = apply_overrides(raw, overrides)
     spec = spec_from_dict(raw, str(path))
