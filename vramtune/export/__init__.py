@@ -4,12 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vramtune.dialects.kits import export as kit_config
 from vramtune.dialects.paddleformers import export as formers_config
 from vramtune.export import arguments_file, paddlenlp_args, yaml_spec
 from vramtune.files import write_atomic
 from vramtune.report import Report
 
-FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file, formers_config)}
+FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file, kit_config,
+                                              formers_config)}
 
 
 class ExportError(Exception):
@@ -17,10 +19,12 @@ class ExportError(Exception):
 
 
 def default_format(spec_path: Path) -> str:
-    """A PaddleNLP arguments file is written back as one; a YAML spec as YAML."""
+    """A PaddleNLP arguments file is written back as one, a kit's config as the same config; a YAML spec as YAML."""
     if formers_config.is_formers_file(spec_path):
         return formers_config.NAME
-    return arguments_file.NAME if spec_path.suffix == ".json" else yaml_spec.NAME
+    if spec_path.suffix == ".json":
+        return arguments_file.NAME
+    return kit_config.NAME if kit_config.is_kit_config(spec_path) else yaml_spec.NAME
 
 
 def default_output(spec_path: Path, format_name: str) -> Path:
@@ -38,6 +42,9 @@ def check_format(format_name: str, spec_path: Path, spec: Any) -> None:
         raise ExportError(f"--format arguments needs a PaddleNLP arguments file (.json); {spec_path} is a YAML spec")
     if format_name == yaml_spec.NAME and spec.arguments is not None:
         raise ExportError(f"--format yaml needs a YAML spec; {spec_path} is a PaddleNLP arguments file")
+    if (format_name == kit_config.NAME) != (spec.source in kit_config.SOURCES):
+        raise ExportError(f"--format {format_name} cannot write {spec_path}: --format kit writes a kit's config back, "
+                          "and only that")
     if (format_name == formers_config.NAME) != (spec.source == formers_config.NAME):
         raise ExportError(f"--format {format_name} cannot write {spec_path}: a PaddleFormers config is written back "
                           "as itself (--format paddleformers), and only it")
