@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -36,11 +36,12 @@ def register(app: typer.Typer, backend: Backend) -> None:
         budget: Optional[str] = common.BudgetOpt,
         device: Optional[str] = common.DeviceOpt,
         target_batch: Optional[int] = common.TargetOpt,
+        kit_options: Optional[List[str]] = common.KitOpt,
         **flags: Any,
     ) -> None:
         """Write the tuned configuration (from saved results; probes first if there are none)."""
         name = common.plain(format_name) or export.default_format(spec_path)
-        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags)
+        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, kit_options)
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:

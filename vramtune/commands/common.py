@@ -31,6 +31,8 @@ BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 1
 DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
                          help="device (overrides the spec)")
 TargetOpt = typer.Option(None, "--target-batch", help="effective batch size (overrides the spec)")
+KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit config's own override (its -o, "
+                      "e.g. -O Global.epochs=1); repeat for several")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "
                           "shape check, prepare, warmup, measured steps, after)")
 
@@ -79,10 +81,11 @@ def search_overrides(flags: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
-def overrides(budget: str | None, device: str | None, target_batch: int | None = None) -> dict[str, Any]:
+def overrides(budget: str | None, device: str | None, target_batch: int | None = None,
+              kit_options: list[str] | None = None) -> dict[str, Any]:
     """Command-line overrides as dotted spec keys; a budget of digits only is bytes, as in the spec."""
     return {"budget": int(budget) if budget is not None and budget.isdigit() else budget, "device": device,
-            "train.target_batch": target_batch}
+            "train.target_batch": target_batch, "kit.options": kit_options}
 
 
 def load(spec_path: Path, changes: dict[str, Any] | None = None) -> Spec:
@@ -94,9 +97,10 @@ def load(spec_path: Path, changes: dict[str, Any] | None = None) -> Spec:
 
 
 def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
-                     flags: dict[str, Any]) -> Spec:
-    """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags."""
-    return load(spec_path, {**overrides(budget, device, target_batch), **search_overrides(flags)})
+                     flags: dict[str, Any], kit_options: list[str] | None = None) -> Spec:
+    """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags, a kit
+    config's own overrides."""
+    return load(spec_path, {**overrides(budget, device, target_batch, kit_options), **search_overrides(flags)})
 
 
 def _save_traceback() -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -18,10 +18,11 @@ def register(app: typer.Typer, backend: Backend) -> None:
     @common.mechanism_flags("fields")
     def measure(spec_path: Path = common.SpecArg, json_output: bool = common.JsonOpt,
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
-                verbose: bool = common.VerboseOpt, **flags: Any) -> None:
+                verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
+                **flags: Any) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit)."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
-        spec = common.load(spec_path, {**common.overrides(budget, device), **ranks})
+        spec = common.load(spec_path, {**common.overrides(budget, device, None, kit_options), **ranks})
         if flags.get("micro_batch") is None:
             raise SpecError([Problem(str(spec_path), "--micro-batch", "is required")])
         strategy = session.strategy_from_flags(spec, {k: common.plain(v) for k, v in flags.items()})

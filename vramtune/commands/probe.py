@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -20,9 +20,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
               budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
               target_batch: Optional[int] = common.TargetOpt,
               fresh: bool = typer.Option(False, "--fresh", help="ignore saved results and probe again"),
-              verbose: bool = common.VerboseOpt, **flags: Any) -> None:
+              verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
+              **flags: Any) -> None:
         """Tune: run the probe ladder and print the fastest configuration that fits."""
-        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags)
+        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, kit_options)
         spec_session = session.open_session(spec, backend, warn=render.warn)
         render.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
                    f"{spec.train.target_batch} within {render.format_bytes(spec_session.budget.bytes)}")
