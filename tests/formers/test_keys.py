@@ -1,0 +1,37 @@
+"""The key list vramtune checks PaddleFormers configs against is the installed PaddleFormers' own (the init fields of
+the argument classes `paddleformers-cli train` parses), and every key vramtune names exists there."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import needs_paddleformers
+
+from vramtune.dialects.paddleformers import keys
+from vramtune.dialects.paddleformers.accepted import ACCEPTED, ARGUMENT_CLASSES, VERSION
+
+pytestmark = [pytest.mark.paddle, needs_paddleformers]
+
+INSTALLED = """
+import dataclasses, json
+from importlib import metadata
+from paddleformers.cli.hparams.parser import _TRAIN_ARGS
+print(json.dumps({"version": metadata.version("paddleformers"), "classes": {
+    c.__name__: sorted(f.name for f in dataclasses.fields(c) if f.init) for c in _TRAIN_ARGS}}))
+"""
+
+
+def test_the_accepted_keys_are_the_installed_parsers():
+    import json
+
+    done = subprocess.run([sys.executable, "-c", INSTALLED], capture_output=True, text=True, timeout=300)
+    installed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert installed["version"] == VERSION
+    assert installed["classes"] == {name: list(fields) for name, fields in ARGUMENT_CLASSES.items()}
+
+
+def test_every_key_vramtune_names_is_a_paddleformers_key():
+    named = {*keys.REFUSED, *keys.TUNED, "compute_type", "stage", "max_seq_len", "packing", "padding_free",
+             "_attn_implementation", "fine_tuning", "lora_rank", "sharding", "sharding_parallel_size"}
+    assert named <= ACCEPTED

@@ -1,0 +1,140 @@
+"""A PaddleFormers config read as a spec, without Paddle: every key checked against the keys PaddleFormers' parser
+accepts, memory keys measured, mapped or refused by name, a GPU file probed with CPU equivalents and written back
+unchanged but for the tuned keys. (Configs here name no training data, so no child counts its samples.)"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from formers_client import FORMERS, config_text
+
+from vramtune.dialects.paddleformers.export import tuned_keys
+from vramtune.export.roundtrip import DELETE
+from vramtune.report import Tuned
+from vramtune.sources import SOURCES
+from vramtune.spec import load_spec
+from vramtune.strategy import Strategy
+
+NO_DATA = {"train_dataset_path": None}
+
+
+@pytest.fixture
+def config(tmp_path):
+    def write(name: str = "sft.yaml", **keys):
+        path = tmp_path / name
+        path.write_text(config_text(**{**NO_DATA, **keys}))
+        return path
+    return write
+
+
+def test_a_config_is_a_spec_with_its_batch_sequence_and_model(config):
+    spec = load_spec(config(per_device_train_batch_size=2, gradient_accumulation_steps=3, max_seq_len=96))
+    assert (spec.source, spec.train.target_batch, spec.model.seq_len, spec.model.stage) == ("paddleformers", 6, 96,
+                                                                                            "SFT")
+    assert spec.model.folder == str(FORMERS / "llama")
+    assert spec.train.max_grad_norm == 1.0 and spec.train.learning_rate == 1.0e-4
+    assert SOURCES["paddleformers"].notes(spec.model, "cpu") == [
+        "sequence length 96: max_seq_len, an upper bound (the training data is not there to find its longest "
+        "sample)"]
+
+
+def test_unknown_keys_are_named_as_paddleformers_parser_would_reject_them(cli, config):
+    code, _, err = cli("validate", config(per_device_train_batch=2, lora_ranks=4))
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: ") and "lora_ranks: PaddleFormers 1.2.0's par" in lines[0]
+    assert lines[0].endswith("(did you mean 'lora_rank'?)")
+    assert lines[1].endswith("(did you mean 'per_device_train_batch_size'?)")
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("tensor_model_parallel_size", 2, "tensor parallelism runs on GPUs only and vramtune does not measure it: set it "
+                                      "to 1 to tune the rest, or estimate it without measuring: vramtune estimate"),
+    ("pipeline_model_parallel_size", 4, "pipeline parallelism runs on GPUs only"),
+    ("compute_type", "wint8", "'wint8' quantizes the weights with GPU kernels"),
+    ("compute_type", "fp32", "must be one of bf16, fp16, float32, wint4, wint8, wint4/8, nf4; got 'fp32'"),
+    ("stage", "VL-SFT", "must be one of SFT, PT, DPO"),
+    ("lora_path", "./adapter", "vramtune never loads weights"),
+])
+def test_a_memory_key_nothing_measures_is_refused_by_name(cli, config, key, value, says):
+    code, _, err = cli("validate", config(**{key: value}))
+    assert code == 2 and f"{key}: " in err and says in err, err
+
+
+def test_a_missing_model_folder_is_named(cli, config):
+    code, _, err = cli("validate", config(model_name_or_path="./no-such-model"))
+    assert code == 2 and "model_name_or_path: './no-such-model': no such local model folder" in err
+
+
+def test_a_gpu_file_is_probed_with_cpu_equivalents_said(config):
+    path = config(compute_type=None, _attn_implementation=None, sharding=None, device=None, amp_master_grad=None)
+    spec = load_spec(path)
+    assert spec.settings["precision"].allowed == ["bf16-o2", "bf16"]  # compute_type's default: bf16
+    assert spec.settings["precision"].master_grad  # amp_master_grad's default: true
+    notes = SOURCES["paddleformers"].notes(spec.model, "cpu")
+    assert notes[1] == ("probed on CPU with the CPU equivalents of compute_type: '(default)' -> 'float32', "
+                        "_attn_implementation: '(default)' -> 'eager', sharding: '(default)' -> ''; fused kernels "
+                        "off; the file keeps its own settings")
+    assert SOURCES["paddleformers"].notes(spec.model, "gpu") == notes[:1]
+
+
+def test_packing_measures_max_seq_len(config):
+    spec = load_spec(config(packing=True, max_seq_len=64))
+    assert spec.model.seq_len == 64
+    assert spec.model.seq_note == "sequence length 64: max_seq_len (packing fills every row to it)"
+
+
+def test_key_value_overrides_are_read_as_paddleformers_reads_them(config):
+    spec = load_spec(config(), {"kit.options": ["per_device_train_batch_size=2", "gradient_accumulation_steps=8"]})
+    assert spec.train.target_batch == 16
+
+
+def test_json_config_is_recognised_and_paddlenlp_arguments_files_keep_working(tmp_path):
+    formers = tmp_path / "sft.json"
+    formers.write_text(json.dumps({"model_name_or_path": str(FORMERS / "llama"), "stage": "SFT", "max_seq_len": 64,
+                                   "output_dir": "./out", "per_device_train_batch_size": 2}))
+    assert load_spec(formers).source == "paddleformers"
+    paddlenlp = tmp_path / "args.json"
+    paddlenlp.write_text(json.dumps({"model_name_or_path": str(FORMERS / "llama"), "max_length": 64,
+                                     "output_dir": "./out", "per_device_train_batch_size": 2}))
+    assert load_spec(paddlenlp).source == "paddlenlp"
+
+
+def _tuned(device_kind="cpu", **strategy) -> Tuned:
+    return Tuned(strategy=Strategy.from_json({"micro_batch": 2, "accumulation": 2, **strategy}), facts={},
+                 device_kind=device_kind)
+
+
+def test_apply_writes_recompute_only_as_a_combination_the_models_honour():
+    recomputing = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    assert tuned_keys({"per_device_train_batch_size": 4}, _tuned(recomputed_blocks=2)) == {
+        "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2, **recomputing}
+    assert tuned_keys({**recomputing, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2},
+                      _tuned()) == dict.fromkeys(recomputing, DELETE)
+    # a combination that recomputes nothing is left as the user wrote it
+    assert tuned_keys({"recompute_granularity": "full", "per_device_train_batch_size": 2,
+                       "gradient_accumulation_steps": 2}, _tuned()) == {}
+
+
+def test_apply_never_writes_cpu_equivalents_and_writes_the_precision_chosen_on_a_gpu():
+    assert "compute_type" not in tuned_keys({"compute_type": "bf16"}, _tuned())
+    assert tuned_keys({"compute_type": "bf16", "fp16_opt_level": "O1", "per_device_train_batch_size": 2,
+                       "gradient_accumulation_steps": 2}, _tuned("gpu", precision="bf16-o2")) == {
+        "fp16_opt_level": "O2"}
+
+
+def test_apply_writes_the_users_file_back_with_only_the_tuned_keys(fake_cli, config):
+    from fakes import FakeDevice
+
+    path = config(per_device_train_batch_size=8)
+    invoke, _ = fake_cli(FakeDevice())  # 20 MiB of state, 2 MiB per sample: m=8 needs 36 MiB
+    code, _, err = invoke("apply", path, "--budget", "32MiB", "--no-recompute")
+    assert code == 0, err
+    written = path.with_name("sft.tuned.yaml").read_text()
+    before = path.read_text().splitlines()
+    after = written.splitlines()
+    assert len(before) == len(after)
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert changed == [("per_device_train_batch_size: 8", "per_device_train_batch_size: 4"),
+                       ("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2")]
+    assert after[:2] == ["# a PaddleFormers 1.x config (paddleformers-cli train)", "### data"]
