@@ -3,6 +3,10 @@ measure; the GPU-only ones are skipped with the reason; a child that cannot run 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +18,35 @@ from vramtune.records import Device
 
 pytestmark = pytest.mark.paddle
 MiB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_doctor_on_this_cpu_measures_what_applies_and_saves_it(cli, private_cache):
-    code, out, err = cli("doctor", "--device", "cpu", "--json")
+PARENT = textwrap.dedent("""
+    import json, sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("paddle", "paddlenlp", "paddleformers"):
+                raise ImportError("blocked: " + name)
+
+    sys.meta_path.insert(0, Block())
+    from typer.testing import CliRunner
+    from vramtune.cli import app
+
+    result = CliRunner().invoke(app, ["doctor", "--device", "cpu", "--json"], catch_exceptions=False)
+    imported = any(name.split(".")[0] == "paddle" for name in sys.modules)
+    print(json.dumps({"code": result.exit_code, "out": result.stdout, "err": result.stderr, "paddle": imported}))
+""")
+
+
+def test_doctor_on_this_cpu_measures_what_applies_and_saves_it(private_cache):
+    """The whole command, its parent with Paddle blocked: only the checks' children import it."""
+    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    code, out, err = ran["code"], ran["out"], ran["err"]
     result = json.loads(out)
-    assert code == 0, err
+    assert (code, ran["paddle"]) == (0, False), err  # the parent never imported Paddle
     checks = {c["name"]: c for c in result["checks"]}
     assert {name: c["status"] for name, c in checks.items()} == {
         "device": "pass", "counters": "pass", "budget": "skip", "amp": "pass", "recompute": "pass", "ranks": "skip",

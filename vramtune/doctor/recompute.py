@@ -7,7 +7,8 @@ which is what the check reports."""
 from __future__ import annotations
 
 import gc
-import importlib.util
+import importlib
+from importlib import metadata
 from typing import Any, Callable
 
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
@@ -26,7 +27,16 @@ def possessive(name: str) -> str:
 
 
 def library() -> str | None:
-    return next((name for name in LIBRARIES if importlib.util.find_spec(name)), None)
+    """The first library installed (asked of the installed distributions: the parent imports neither)."""
+    return next((name for name in LIBRARIES if _installed(name)), None)
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def native_skip(device: Device) -> str | None:
