@@ -296,3 +296,18 @@ def test_estimate_uses_only_the_figures_of_passed_doctor_checks(doctor_cli):
     assert factors["fragmentation"] == pytest.approx(0.1)
     assert factors["source"].startswith("the allocator's reserve measured by vramtune doctor on fake A100 80GB")
     assert factors["source"].endswith("; stated: AMP O1 activations, AMP O2 activations")
+
+
+def test_check_on_a_gpu_is_gated_too_and_apply_from_saved_results_is_not(doctor_cli, write_spec, tmp_path):
+    cli, backend, checks = doctor_cli(gpu("fake A100 80GB", 80, per_sample=MiB / 20, noise=0.0))
+    spec = gpu_spec(write_spec)
+    tuned = tmp_path / "gpu.tuned.yaml"
+    assert cli("apply", spec, "-o", tuned)[0] == 0  # probed: the gate passed first
+    checks.faults[("counters", "")] = {"peak_allocated": 32 * MiB}
+    assert cli("doctor")[0] == 1  # the counters now fail, and the failure is saved
+    probes = len(backend.jobs)
+    code, _, err = cli("apply", spec, "-o", tmp_path / "again.yaml")
+    assert code == 0 and len(backend.jobs) == probes, err  # from saved results: nothing measured, nothing gated
+    code, out, err = cli("check", tuned, "--json")
+    assert (code, out, len(backend.jobs)) == (2, "", probes)
+    assert "error: vramtune doctor: the counters check failed on fake A100 80GB" in err
