@@ -29,35 +29,35 @@ predicted per-rank peaks within 22.8 GiB
 ┏━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━┓
 ┃ fine-tuning ┃ precision ┃ recompute ┃ stage ┃ largest fitting ┃ its peak ┃ next up ┃  its peak ┃
 ┡━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━┩
-│ LoRA        │ fp32      │         - │     0 │            none │        - │     m=1 │  86.2 GiB │
-│ LoRA        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │  76.7 GiB │
-│ LoRA        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │  66.0 GiB │
-│ LoRA        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │  55.2 GiB │
-│ LoRA        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │  44.5 GiB │
-│ LoRA        │ bf16      │         - │     0 │            none │        - │     m=1 │  77.6 GiB │
-│ LoRA        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │  72.4 GiB │
-│ LoRA        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │  66.5 GiB │
-│ LoRA        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │  60.6 GiB │
+│ LoRA        │ fp32      │         - │     0 │            none │        - │     m=1 │  85.3 GiB │
+│ LoRA        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │  76.0 GiB │
+│ LoRA        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │  65.5 GiB │
+│ LoRA        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │  55.0 GiB │
+│ LoRA        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │  44.4 GiB │
+│ LoRA        │ bf16      │         - │     0 │            none │        - │     m=1 │  77.1 GiB │
+│ LoRA        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │  72.0 GiB │
+│ LoRA        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │  66.2 GiB │
+│ LoRA        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │  60.4 GiB │
 │ LoRA        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │  54.6 GiB │
-│ LoRA        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │  43.3 GiB │
-│ LoRA        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │  38.6 GiB │
-│ LoRA        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │  33.2 GiB │
-│ LoRA        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │  27.8 GiB │
+│ LoRA        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │  42.8 GiB │
+│ LoRA        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │  38.2 GiB │
+│ LoRA        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │  32.9 GiB │
+│ LoRA        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │  27.7 GiB │
 │ LoRA        │ bf16-o2   │     36/36 │     0 │             m=1 │ 22.4 GiB │     m=2 │  28.0 GiB │
-│ full        │ fp32      │         - │     0 │            none │        - │     m=1 │ 184.8 GiB │
-│ full        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │ 175.3 GiB │
-│ full        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │ 164.6 GiB │
-│ full        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │ 153.8 GiB │
+│ full        │ fp32      │         - │     0 │            none │        - │     m=1 │ 183.9 GiB │
+│ full        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │ 174.6 GiB │
+│ full        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │ 164.1 GiB │
+│ full        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │ 153.5 GiB │
 │ full        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │ 143.0 GiB │
-│ full        │ bf16      │         - │     0 │            none │        - │     m=1 │ 176.2 GiB │
-│ full        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │ 171.0 GiB │
-│ full        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │ 165.0 GiB │
-│ full        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │ 159.1 GiB │
+│ full        │ bf16      │         - │     0 │            none │        - │     m=1 │ 175.7 GiB │
+│ full        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │ 170.6 GiB │
+│ full        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │ 164.8 GiB │
+│ full        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │ 159.0 GiB │
 │ full        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │ 153.2 GiB │
-│ full        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │ 174.8 GiB │
-│ full        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │ 170.0 GiB │
-│ full        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │ 164.7 GiB │
-│ full        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │ 159.3 GiB │
+│ full        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │ 174.3 GiB │
+│ full        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │ 169.7 GiB │
+│ full        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │ 164.4 GiB │
+│ full        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │ 159.1 GiB │
 │ full        │ bf16-o2   │     36/36 │     0 │            none │        - │     m=1 │ 153.9 GiB │
 └─────────────┴───────────┴───────────┴───────┴─────────────────┴──────────┴─────────┴───────────┘
 note: max_seq_len 4096: packing fills every sample to it

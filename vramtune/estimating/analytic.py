@@ -15,7 +15,8 @@ the [s, s] terms; flash attention (PaddleFormers' default, flashmask, on a GPU) 
 The coefficients were fitted to PaddleFormers 1.2's Llama (separate q/k/v and gate/up projections) and ERNIE-4.5
 (fused) on CPU, fp32, eager attention, at four shapes each, measured as the host allocator's peak of a training step
 (AdamW) less its weights, gradients and optimizer state, between 1 and 2 layers at 4 and 8 samples
-(bench/estimate_activations.py remeasures them and a held-out shape). Recompute of n of L layers (PaddleFormers'
+(bench/estimate_activations.py remeasures them; a held-out shape of each, h=320, s=384, at 2 and 4 layers and 8
+samples: Llama +3.0% and +1.0%, ERNIE-4.5 +6.8% and +6.2% over the measured). Recompute of n of L layers (PaddleFormers'
 recompute_granularity full, recompute_method uniform, recompute_num_layers n): each recomputed layer keeps only its
 input (4 s h), and backward rebuilds one layer at a time.
 """
@@ -34,8 +35,8 @@ class Coefficients:
     scores: float  # per head and token pair (eager attention)
 
 
-SEPARATE = Coefficients(hidden=40.64, kv=11.38, intermediate=14.0, scores=4.34)  # PaddleFormers' Llama
-FUSED = Coefficients(hidden=22.35, kv=42.12, intermediate=14.0, scores=9.56)  # PaddleFormers' ERNIE-4.5
+SEPARATE = Coefficients(hidden=39.72, kv=11.80, intermediate=13.75, scores=4.38)  # PaddleFormers' Llama
+FUSED = Coefficients(hidden=21.53, kv=42.16, intermediate=13.75, scores=9.59)  # PaddleFormers' ERNIE-4.5
 LOGITS = 12.0  # per token and vocabulary entry
 MASK = 17.7  # per token pair, eager attention's mask
 MOE_DISPATCH = 8.0  # per token, hidden unit and routed expert: its dispatched input and its output (assumed)
