@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,11 +64,11 @@ def literal(text: str) -> Any:
         return text
 
 
-def split_option(option: str) -> tuple[str, Any]:
-    key, equals, value = option.partition("=")
+def split_option(option: str, parse: Callable[[str], Any] = literal) -> tuple[str, Any]:
+    key, equals, text = option.partition("=")
     if not equals or not key:
         raise KitError(f"-o {option!r}: must be Key=value (dotted keys, e.g. Global.epochs=1)")
-    return key, literal(value)
+    return key, parse(text)
 
 
 def set_key(raw: Any, dotted: str, value: Any) -> None:
@@ -88,9 +88,10 @@ def set_key(raw: Any, dotted: str, value: Any) -> None:
         node[last] = value
 
 
-def apply_options(raw: dict[str, Any], options: list[str]) -> dict[str, Any]:
+def apply_options(raw: dict[str, Any], options: list[str], parse: Callable[[str], Any] = literal) -> dict[str, Any]:
+    """The config with the -o options set, each value read as the kit reads it (`parse`)."""
     for option in options:
-        key, value = split_option(option)
+        key, value = split_option(option, parse)
         try:
             set_key(raw, key, value)
         except (IndexError, ValueError) as error:

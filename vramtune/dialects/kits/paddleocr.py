@@ -1,0 +1,223 @@
+"""PaddleOCR recognition configs (`python tools/train.py -c configs/rec/...yml -o Key=value`).
+
+The batch is `Train.sampler.first_bs` where the config has a sampler (PP-OCRv5: anchored `&bs`, aliased by
+`Train.loader.batch_size_per_card`), else `Train.loader.batch_size_per_card`. A multi-scale sampler trains each
+scale (w, h) at its own batch, first_bs x w0 x h0 / (w x h) unless fix_bs: a probe trains every scale in turn and
+its peak is the largest. Evaluation (`Global.eval_batch_step`) at `Eval.loader.batch_size_per_card`, on the Eval
+transforms' image shape, is tuned too. AMP: `Global.use_amp`, `amp_level` (O2 by default), `amp_dtype`;
+`Global.to_static`. PaddleOCR neither accumulates gradients nor recomputes: a smaller batch is a smaller effective
+batch.
+
+The probe builds what tools/train.py builds, in its order, with the kit's own code: the post-processing first (its
+character count sets the heads' sizes), the model, the loss; the batch is the kit's own label encoding of a text as
+long as the dictionary and max_text_length allow, in the config's KeepKeys order; the forward is the algorithm's
+(`model(images, data=batch[1:])` for SVTR, NRTR, ... as tools/program.py calls it). Recognition only here:
+detection, table and formula configs are refused by name."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+
+from vramtune.dialects.kits.config import Kit, KitError, KitSource, apply_options, get_key, kit_import_error, on_path
+from vramtune.sources.base import BuildError, BuiltModel
+
+FIRST_BS, PER_CARD, EVAL_BATCH = ("Train.sampler.first_bs", "Train.loader.batch_size_per_card",
+                                  "Eval.loader.batch_size_per_card")
+OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "momentum": "momentum", "sgd": "sgd"}
+# tools/program.py: algorithms whose forward takes the labels too
+EXTRA_INPUT = ("SRN", "NRTR", "SAR", "SEED", "SVTR", "SVTR_LCNet", "SPIN", "VisionLAN", "RobustScanner", "RFL",
+               "DRRG", "SATRN", "SVTR_HGNet", "ParseQ", "CPPD")
+LR_ADVICE = ("PaddleOCR cannot accumulate gradients: the effective batch falls from {target} to {batch} per card. "
+             "Its docs advise scaling Optimizer.lr.learning_rate with the total batch (linear scaling: x{ratio:.3g} "
+             "here) and keeping the warmup")
+
+
+def batch_key(config: dict[str, Any]) -> str:
+    return FIRST_BS if get_key(config, FIRST_BS) is not None else PER_CARD
+
+
+def scales(config: dict[str, Any], first_bs: int) -> list[tuple[int, int, int]]:
+    """(width, height, batch) of each scale as MultiScaleSampler computes them; one (0, 0, first_bs) without."""
+    sampler = get_key(config, "Train.sampler") or {}
+    if sampler.get("name") != "MultiScaleSampler":
+        return [(0, 0, first_bs)]
+    given = sampler.get("scales") or [[320, 32]]
+    widths, heights = ([s[0] for s in given], [s[1] for s in given]) if isinstance(given[0], list) else (given, given)
+    factor = sampler.get("divided_factor", [8, 16])
+    base = widths[0] * heights[0] * first_bs
+    pairs = []
+    for width, height in zip(widths, heights):
+        width, height = int(width // factor[0] * factor[0]), int(height // factor[1] * factor[1])
+        pairs.append((width, height, first_bs if sampler.get("fix_bs", True) else int(max(1, base / (height * width)))))
+    return pairs
+
+
+def eval_shape(config: dict[str, Any]) -> tuple[int, int]:
+    """(height, width) of an evaluation image: the Eval transforms' resize, else d2s_train_image_shape."""
+    for op in get_key(config, "Eval.dataset.transforms", []) or []:
+        name, params = next(iter(op.items())) if isinstance(op, dict) and op else (None, None)
+        shape = (params or {}).get("image_shape")
+        if name and "Resize" in name and isinstance(shape, list) and len(shape) == 3:
+            return int(shape[1]), int(shape[2])
+    shape = get_key(config, "Global.d2s_train_image_shape", [3, 48, 320])
+    return int(shape[1]), int(shape[2])
+
+
+class PaddleOCR(Kit):
+    def value(self, text: str) -> Any:
+        """tools/program.py reads -o values as YAML."""
+        return yaml.safe_load(text)
+
+    def spec(self, raw, path, options):
+        config = apply_options(raw, options, self.value)
+        model_type = get_key(config, "Architecture.model_type")
+        if model_type != "rec" or get_key(config, "Architecture.algorithm") == "Distillation":
+            raise KitError(f"{path}: Architecture.model_type {model_type} "
+                           f"({get_key(config, 'Architecture.algorithm')}): only recognition models (rec, not "
+                           "distilled) are measured in this version")
+        key = batch_key(config)
+        batch = get_key(config, key)
+        if not isinstance(batch, int) or batch < 1:
+            raise KitError(f"{path}: {key} must be a positive integer, got {batch!r}")
+        optimizer = str(get_key(config, "Optimizer.name", "Adam")).lower()
+        warnings = [] if optimizer in OPTIMIZERS else [
+            f"{path}: Optimizer.name {optimizer}: measured with AdamW's state (8 bytes per weight)"]
+        spec: dict[str, Any] = {
+            "name": path.stem,
+            "model": {"source": self.name, "config": str(path.resolve()), "checkout": str(self.checkout(path)),
+                      "options": list(options), "probe_options": []},
+            "data": {},
+            "train": {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001},
+            "device": "auto", "budget": "auto",
+            # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch
+            "search": {"recompute": "off", "sharding": "off", "precisions": ["fp16", "fp16-o2", "bf16", "bf16-o2"],
+                       **({} if get_key(config, "Global.to_static") else {"to_static": "off"})},
+            "probe": {"steps": max(3, len(scales(config, batch)))},  # every scale in the measured steps
+        }
+        if get_key(config, "Global.eval_batch_step") and get_key(config, "Eval"):
+            spec["train"]["evaluation"] = {"batch": get_key(config, EVAL_BATCH, batch), "keep": "loss"}
+        return spec, warnings
+
+    def changes(self, raw, tuned):
+        strategy, facts = tuned.strategy, tuned.facts_of("evaluation")
+        target = strategy.batch
+        changes: dict[str, Any] = {batch_key(raw): strategy.micro_batch}
+        warnings = [LR_ADVICE.format(target=target, batch=strategy.micro_batch,
+                                     ratio=strategy.micro_batch / target)] if strategy.micro_batch < target else []
+        if facts.get("eval_batch") is not None:
+            changes[EVAL_BATCH] = facts["eval_batch"]
+        if strategy.to_static:
+            changes["Global.to_static"] = True
+        if strategy.precision != "fp32":
+            changes.update({"Global.use_amp": True,
+                            "Global.amp_level": "O2" if strategy.precision.endswith("-o2") else "O1",
+                            "Global.amp_dtype": "bfloat16" if strategy.precision.startswith("bf16") else "float16"})
+        elif get_key(raw, "Global.use_amp"):
+            changes["Global.use_amp"] = False
+        return changes, warnings
+
+
+KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"))
+
+
+def set_head_sizes(config: dict[str, Any], characters: int) -> None:
+    """tools/train.py's sizing of the heads from the post-processing's character count (recognition, not
+    distilled)."""
+    head, post = config["Architecture"]["Head"], config["PostProcess"]["name"]
+    if head["name"] != "MultiHead":
+        head["out_channels"] = characters
+    else:
+        characters -= {"SARLabelDecode": 2, "NRTRLabelDecode": 3}.get(post, 0)
+        channels = {"CTCLabelDecode": characters}
+        second = config["Loss"]["loss_config_list"][1]
+        if next(iter(second)) == "SARLoss":
+            second["SARLoss"] = {**(second["SARLoss"] or {}), "ignore_index": characters + 1}
+            channels["SARLabelDecode"] = characters + 2
+        elif next(iter(second)) == "NRTRLoss":
+            channels["NRTRLabelDecode"] = characters + 3
+        head["out_channels_list"] = channels
+    if post == "SARLabelDecode":
+        config["Loss"]["ignore_index"] = characters - 1
+
+
+def encoded_sample(config: dict[str, Any], characters: list[str]) -> dict[str, Any]:
+    """The Train transforms' label encoding of the longest text they accept, from the dictionary's characters."""
+    import numpy as np
+    from ppocr.data import create_operators, transform
+
+    encoders = [op for op in config["Train"]["dataset"]["transforms"] if next(iter(op)).endswith("Encode")]
+    operators = create_operators(encoders, config["Global"])
+    for length in range(int(config["Global"].get("max_text_length", 25)), 0, -1):
+        text = "".join(characters[1:length + 1])
+        data = transform({"label": text, "image": np.zeros((8, 8, 3), "uint8")}, operators)
+        if data is not None:
+            return data
+    raise BuildError("Train.dataset.transforms: the label encoders accept no text from the dictionary")
+
+
+class PaddleOCRSource(KitSource):
+    name = "paddleocr"
+
+    def build(self, settings, spec_dir, configure):
+        import numpy as np
+        import paddle
+
+        from vramtune.child.building import first_output
+
+        os.chdir(settings.checkout)  # the configs' paths (character_dict_path) are relative to the checkout
+        with on_path(settings.checkout):
+            try:
+                from ppocr.losses import build_loss
+                from ppocr.modeling.architectures import build_model
+                from ppocr.postprocess import build_post_process
+            except ImportError as error:
+                raise BuildError(str(kit_import_error("PaddleOCR", settings.checkout, error))) from error
+            with open(settings.config, encoding="utf-8") as stream:
+                config = apply_options(yaml.safe_load(stream), settings.options, KIT.value)
+            post_process = build_post_process(config["PostProcess"], config["Global"])
+            characters = list(getattr(post_process, "character", []))
+            set_head_sizes(config, len(characters))
+            model = build_model(config["Architecture"])
+            train_loss = build_loss(config["Loss"])
+            sample = encoded_sample(config, characters)
+        keys = next((op["KeepKeys"]["keep_keys"] for op in config["Train"]["dataset"]["transforms"]
+                     if "KeepKeys" in op), ["image", "label"])
+        extra_input = config["Architecture"]["algorithm"] in EXTRA_INPUT
+        height, width = eval_shape(config)
+
+        def tensors(size: int, image_height: int, image_width: int) -> list[Any]:
+            batch = []
+            for key in keys:
+                if key == "image":
+                    batch.append(paddle.randn([size, 3, image_height, image_width]))
+                elif key == "valid_ratio":
+                    batch.append(paddle.ones([size], "float32"))
+                elif key in sample:
+                    batch.append(paddle.to_tensor(np.stack([np.asarray(sample[key])] * size)))
+                else:
+                    raise BuildError(f"Train KeepKeys: {key!r} cannot be synthesised")
+            return batch
+
+        def make_batch(size: int) -> list[list[Any]]:
+            pairs = scales(config, size)
+            return [tensors(bs, h or height, w or width) for w, h, bs in pairs] + [[size]]
+
+        turn = [0]
+
+        def loss(network, batch):
+            *per_scale, (size,) = batch
+            if not network.training:  # evaluation: the Eval shape, forward only (the kit decodes on the host)
+                images = tensors(size, height, width)
+                output = network(images[0], data=images[1:]) if extra_input else network(images[0])
+                return first_output(output).mean()
+            data = per_scale[turn[0] % len(per_scale)]
+            turn[0] += 1
+            preds = network(data[0], data=data[1:]) if extra_input else network(data[0])
+            return train_loss(preds, data)["loss"]
+
+        return BuiltModel(model, make_batch, loss)
+
+
+SOURCE = PaddleOCRSource()
