@@ -60,7 +60,7 @@ predicted per-rank peaks within 22.8 GiB
 │ full        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │ 159.1 GiB │
 │ full        │ bf16-o2   │     36/36 │     0 │            none │        - │     m=1 │ 153.9 GiB │
 └─────────────┴───────────┴───────────┴───────┴─────────────────┴──────────┴─────────┴───────────┘
-note: max_seq_len 4096: packing fills every sample to it
+note: sequence length 4096: max_seq_len (packing fills every row to it)
 note: counted (exact, from config.json as PaddleFormers builds the model): every parameter; LoRA r=8 on PaddleFormers' target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments, fp32 gradients with amp_master_grad)
 note: measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and width, and of the logits
 note: assumed: AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%, flashmask attention keeps no [s, s] tensor
@@ -113,15 +113,15 @@ def test_nothing_fitting_the_asked_fine_tuning_exits_1(fake_cli, qwen3_8b):
     assert code == 1 and "predicted best, full (asked): nothing is predicted to fit 22.8 GiB" in err
 
 
-@pytest.mark.parametrize("change, message", [
+@pytest.mark.parametrize("change, message", [  # read by the PaddleFormers dialect, as `vramtune probe` reads it
     (("model_name_or_path: ./Qwen3-8B", "model_name_or_path: Qwen/Qwen3-8B"),
-     "model_name_or_path: Qwen/Qwen3-8B: no local folder with a config.json (estimate reads the model's sizes from "
-     "it; it downloads nothing)"),
-    (("compute_type: bf16", "compute_type: wint4"),
-     "compute_type: 'wint4': only bf16 and fp16 are estimated (weight-quantized training is not)"),
-    (("max_seq_len: 4096", "max_seq_len: 0"), "max_seq_len: must be a positive integer, got 0"),
+     "model_name_or_path: 'Qwen/Qwen3-8B': no such local model folder (vramtune never downloads)"),
+    (("lora_rank: 8", "lorarank: 8"), "lorarank: PaddleFormers 1.2.0's parser rejects it (\"Some specified arguments "
+     "are not used by the PdArgumentParser\") (did you mean 'lora_rank'?)"),
+    (("max_seq_len: 4096", "max_seq_len: 0"), "max_seq_len: must be positive, got 0"),
     (("per_device_train_batch_size: 1", "per_device_train_batch_size: true"),
-     "per_device_train_batch_size: must be a positive integer, got True"),
+     "per_device_train_batch_size: must be an integer, got a boolean (True)"),
+    (("lora_rank: 8", "lora_rank: -8"), "lora_rank: must be a positive integer, got -8"),
 ])
 def test_bad_input_is_named_with_exit_2(fake_cli, qwen3_8b, change, message):
     cli, backend = fake_cli(FakeDevice())
@@ -130,6 +130,17 @@ def test_bad_input_is_named_with_exit_2(fake_cli, qwen3_8b, change, message):
     code, out, err = cli("estimate", config, "--card", "24GiB")
     assert (code, out, backend.jobs) == (2, "", [])
     assert err == f"error: {config}: {message}\n"
+
+
+def test_what_the_probes_refuse_is_answered_without_it_and_said(fake_cli, qwen3_8b):
+    """The dialect refuses tensor parallelism and quantized weights for probes and points to estimate, which does
+    not model them either: it answers without them and says so."""
+    cli, _ = fake_cli(FakeDevice())
+    config = qwen3_8b / "tp.yaml"
+    config.write_text(SFT_LORA.replace("compute_type: bf16", "compute_type: wint4\ntensor_model_parallel_size: 4"))
+    code, _, err = cli("estimate", config, "--card", "24GiB")
+    assert code == 0 and "note: tensor_model_parallel_size: 4 is not modelled: the figures are without it\n" in err
+    assert "note: compute_type: 'wint4' quantizes the weights: not modelled, the figures are bf16's\n" in err
 
 
 def test_a_broken_model_config_is_named_with_exit_2(fake_cli, tmp_path):

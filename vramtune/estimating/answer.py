@@ -36,7 +36,7 @@ class Question:
     attention: str = "flashmask"  # _attn_implementation
     devices: int = 1
     optimizer: str = "adamw"
-    packing: bool | None = None  # a PaddleFormers config's: samples packed to seq_len (None: a bare model)
+    notes: list[str] = field(default_factory=list)  # what reading the question found (the sequence length's source)
 
 
 @dataclass
@@ -77,7 +77,7 @@ def preference(r: Row) -> tuple:
 
 
 def precisions(compute_type: str) -> list[str]:
-    return ["fp32"] if compute_type == "fp32" else ["fp32", compute_type, f"{compute_type}-o2"]
+    return ["fp32", compute_type, f"{compute_type}-o2"] if compute_type in ("bf16", "fp16") else ["fp32"]
 
 
 def recompute_levels(layers: int) -> list[int]:
@@ -118,10 +118,7 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05) -> Answe
 
 def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str]:
     flash = question.attention in FLASH
-    notes = [] if question.packing is None else [
-        f"max_seq_len {question.seq_len}: " + ("packing fills every sample to it" if question.packing else
-                                               "without packing samples are not padded to it: an upper bound")]
-    notes += [
+    notes = [*question.notes,
         "counted (exact, from config.json as PaddleFormers builds the model): every parameter"
         + (", every expert resident" if arch.moe else "") + f"; LoRA r={question.lora_rank} on PaddleFormers' "
         "target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments"

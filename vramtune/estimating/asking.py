@@ -1,54 +1,32 @@
-"""What `vramtune estimate` is asked when it is given a model rather than a spec: a model folder or its config.json
-(sizes only), or a PaddleFormers 1.x config naming a local model folder (its keys that decide memory read with
-PaddleFormers' defaults). Anything else is a spec, estimated from CPU probes (run.py)."""
+"""What `vramtune estimate` is asked when it is given a model rather than a spec to probe: a model folder or its
+config.json (sizes only), or a PaddleFormers 1.x config naming a local model folder, read by the PaddleFormers
+dialect (vramtune/dialects/paddleformers: its keys checked against PaddleFormers' parser, the sequence length the
+run reaches). Keys the probes refuse because they cannot be measured (tensor or pipeline parallelism, quantized
+weights) are not modelled here either: the estimate says that its figures are without them. Anything else is a spec,
+estimated from CPU probes (run.py)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from vramtune.dialects.paddleformers import keys
+from vramtune.dialects.paddleformers.reading import formers_data, spec_from_config
 from vramtune.estimating.answer import Question
 from vramtune.estimating.architecture import ArchitectureError, architecture, read_config
 from vramtune.reading import Problem, SpecError
 
-FORMERS_MARKERS = ("stage", "max_seq_len", "fine_tuning", "compute_type", "_attn_implementation")
-COMPUTE_TYPES = ("bf16", "fp16")  # PaddleFormers' others quantize the weights (wint4, wint8): not estimated
 
-
-def _load(path: Path) -> Any:
-    if path.suffix not in (".json", ".yaml", ".yml"):
-        return None
+def is_model_config(path: Path) -> bool:
+    """A config.json of a model (its sizes), not an arguments file naming one."""
+    if path.suffix != ".json":
+        return False
     try:
-        return json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
-    except (OSError, ValueError, yaml.YAMLError):
-        return None  # the spec reader names what is wrong with it
-
-
-def is_model_config(data: Any) -> bool:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False  # the spec reader names what is wrong with it
     return isinstance(data, dict) and "model_type" in data and "hidden_size" in data \
         and "model_name_or_path" not in data
-
-
-def _typed(file: str, data: dict[str, Any], key: str, kind: type, default: Any) -> Any:
-    value = data.get(key, default)
-    positive_int = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    if not (positive_int if kind is int else isinstance(value, kind)):
-        raise SpecError([Problem(file, key, f"must be {'a positive integer' if kind is int else kind.__name__}, "
-                                            f"got {value!r}")])
-    return value
-
-
-def _model_folder(path: Path, data: dict[str, Any]) -> Path:
-    name = data.get("model_name_or_path")
-    if not isinstance(name, str) or not name:
-        raise SpecError([Problem(str(path), "model_name_or_path", "is required (a local model folder)")])
-    for folder in (path.parent / name, Path(name)):
-        if (folder / "config.json").is_file():
-            return folder
-    raise SpecError([Problem(str(path), "model_name_or_path", f"{name}: no local folder with a config.json "
-                                        "(estimate reads the model's sizes from it; it downloads nothing)")])
 
 
 def _config(path: Path) -> dict[str, Any]:
@@ -61,27 +39,44 @@ def _config(path: Path) -> dict[str, Any]:
     return config
 
 
+def _lora_rank(file: str, data: dict[str, Any]) -> int:
+    rank = data.get("lora_rank", 8)
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+        raise SpecError([Problem(file, "lora_rank", f"must be a positive integer, got {rank!r}")])
+    return rank
+
+
+def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, batch: int | None,
+                      devices: int | None) -> Question:
+    file = str(path)
+    refused = {key: value for key, value in data.items() if keys.refusal(key, value)}
+    compute_type = data.get("compute_type", "bf16")
+    quantized = compute_type in keys.QUANTIZED_TYPES
+    readable = {k: v for k, v in data.items() if k not in refused}
+    raw, _ = spec_from_config({**readable, "compute_type": "bf16"} if quantized else readable, file)
+    folder = Path(raw["model"]["folder"])
+    notes = [f"{key}: {value!r} is not modelled: the figures are without it" for key, value in refused.items()]
+    if quantized:
+        notes.append(f"compute_type: {compute_type!r} quantizes the weights: not modelled, the figures are bf16's")
+        compute_type = "bf16"
+    if raw["data"].get("seq_note") and not seq_len:
+        notes.insert(0, raw["data"]["seq_note"])
+    elif not seq_len:
+        notes.insert(0, f"sequence length {raw['data']['seq_len']}: max_seq_len, an upper bound (without packing a "
+                        "batch is padded to its longest row; the training data was not read)")
+    return Question(folder.name, _config(folder), seq_len=seq_len or raw["data"]["seq_len"],
+                    batch=batch or raw["train"]["target_batch"],
+                    fine_tuning="LoRA" if str(data.get("fine_tuning", "LoRA")).lower() == "lora" else "full",
+                    lora_rank=_lora_rank(file, data), compute_type=compute_type,
+                    master_grad=bool(data.get("amp_master_grad", True)),
+                    attention=str(data.get("_attn_implementation", "flashmask")), devices=devices or 1,
+                    notes=notes)
+
+
 def question(path: Path, seq_len: int | None, batch: int | None, devices: int | None) -> Question | None:
     """The question a model folder, a config.json or a PaddleFormers config asks; None for a spec."""
-    data = None if path.is_dir() else _load(path)
-    if path.is_dir() or is_model_config(data):
+    if path.is_dir() or is_model_config(path):
         name = (path if path.is_dir() else path.parent).resolve().name
         return Question(name, _config(path), seq_len=seq_len or 4096, batch=batch or 8, devices=devices or 1)
-    if not (isinstance(data, dict) and any(key in data for key in FORMERS_MARKERS)):
-        return None
-    file = str(path)
-    folder = _model_folder(path, data)
-    compute_type = _typed(file, data, "compute_type", str, "bf16")
-    if compute_type not in COMPUTE_TYPES:
-        raise SpecError([Problem(file, "compute_type", f"{compute_type!r}: only bf16 and fp16 are estimated "
-                                                       "(weight-quantized training is not)")])
-    per_device = _typed(file, data, "per_device_train_batch_size", int, 8)
-    accumulation = _typed(file, data, "gradient_accumulation_steps", int, 1)
-    fine_tuning = "LoRA" if str(_typed(file, data, "fine_tuning", str, "LoRA")).lower() == "lora" else "full"
-    return Question(folder.resolve().name, _config(folder), seq_len=seq_len or _typed(file, data, "max_seq_len", int,
-                                                                                       4096),
-                    batch=batch or per_device * accumulation, fine_tuning=fine_tuning,
-                    lora_rank=_typed(file, data, "lora_rank", int, 8), compute_type=compute_type,
-                    master_grad=_typed(file, data, "amp_master_grad", bool, True),
-                    attention=_typed(file, data, "_attn_implementation", str, "flashmask"),
-                    devices=devices or 1, packing=bool(data.get("packing")))
+    data = formers_data(path) if path.is_file() else None
+    return _formers_question(path, data, seq_len, batch, devices) if data is not None else None
