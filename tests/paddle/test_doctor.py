@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vramtune.doctor import BY_NAME
+from vramtune.doctor.base import device_arg
 from vramtune.doctor.battery import run_check
 from vramtune.doctor.recompute import native_skip
 from vramtune.doctor.running import ChildChecks
@@ -91,3 +92,18 @@ def test_the_device_check_on_a_missing_gpu_fails_with_paddles_answer():
     verdict = BY_NAME["device"].judge({"": run}, None)
     assert run.status == "measured" and verdict.status == "fail"
     assert verdict.figure.startswith("this Paddle build sees no GPU (paddle ")
+
+
+def test_the_gpu_checks_child_code_runs_on_cpu_as_far_as_paddle_lets_it():
+    """The GPU-only parts, aimed at the CPU: every Paddle call they make exists in this Paddle (GradScaler, decorate,
+    the allocator flag) and measures, with the CPU's answers (the scaler is disabled there, AMP a no-op)."""
+    cpu = Device("cpu", 0, "cpu", 16 << 30, "x")
+    checks = ChildChecks()
+    scaler = checks.run(BY_NAME["amp"], device_arg(cpu), "scaler", {}, 300)
+    assert scaler.status == "measured", scaler.error
+    assert (scaler.figures["enabled"], scaler.figures["finite_step_updated"]) == (False, True)
+    for part in ("fp32", "fp16-O1", "bf16-O2"):
+        run = checks.run(BY_NAME["amp"], device_arg(cpu), part, {}, 300)
+        assert run.status == "measured" and run.figures["activations"] > 16 * MiB, (part, run.error)
+    allocator = checks.run(BY_NAME["allocator"], device_arg(cpu), "", {}, 300)
+    assert allocator.status == "measured" and allocator.figures["strategy"] == "auto_growth", allocator.error

@@ -21,8 +21,9 @@ def folder() -> Path:
 
 
 def path_for(device: Device) -> Path:
-    name = re.sub(r"[^A-Za-z0-9.]+", "-", f"{device.kind}-{device.name}-paddle-{device.paddle_version}").strip("-")
-    return folder() / f"{name}.json"
+    """e.g. gpu-NVIDIA-A100-SXM4-80GB-paddle-3.3.1.json, cpu-Intel-R-Xeon-R-Processor-paddle-2.6.2.json"""
+    name = device.name if device.name.lower().startswith(device.kind) else f"{device.kind}-{device.name}"
+    return folder() / (re.sub(r"[^A-Za-z0-9.]+", "-", f"{name}-paddle-{device.paddle_version}").strip("-") + ".json")
 
 
 def _read(path: Path) -> DoctorResult | None:
