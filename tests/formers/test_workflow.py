@@ -13,7 +13,7 @@ import json
 import pytest
 import yaml
 from conftest import ROOT, needs_paddleformers
-from formers_client import workflow_peak, write_config
+from formers_client import FORMERS, workflow_peak, write_config
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 TOLERANCE = 0.05
@@ -60,6 +60,17 @@ def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_
     changes = changed_keys(path, tuned)
     assert set(changes) <= {"per_device_train_batch_size", "gradient_accumulation_steps", "recompute_granularity",
                             "recompute_method", "recompute_num_layers"}
+    peak = workflow_peak(tuned, tmp_path)
+    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+
+
+def test_dpo_lora_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
+    """DPO's cost: each row the longest chosen/rejected pair, the reference pass with LoRA off, then the policy's."""
+    monkeypatch.chdir(tmp_path)
+    path = write_config(tmp_path, stage="DPO", train_dataset_path=str(FORMERS / "dpo.jsonl"))
+    tuned, chosen, said = tune(cli, path, "--budget", "64MiB")
+    assert chosen["micro_batch"] * chosen["accumulation"] == 4
+    assert "the longest of the 4 training samples kept" in said
     peak = workflow_peak(tuned, tmp_path)
     assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
 

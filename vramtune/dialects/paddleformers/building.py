@@ -59,18 +59,30 @@ def model_config(model_args: Any, data_args: Any, training_args: Any, device_kin
 
 
 def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltModel:
-    from paddleformers.datasets.collate import collate_fn
-    from paddleformers.datasets.SFTDataset import Sequence
-
     device_kind = "cpu" if paddle.get_device() == "cpu" else "gpu"
     model_args, data_args, _, _, training_args = parse(probe_arguments(settings, device_kind))
     config = model_config(model_args, data_args, training_args, device_kind)
+    if settings.stage == "DPO":
+        return _dpo(settings, (model_args, data_args, training_args), config, configure)
     configure(config)  # the mechanisms' keys read at construction: recompute
-    model = _causal_lm(config)
+    model = _with_lora(model_args, training_args, _causal_lm(config))
+    return BuiltModel(model, _sft_batches(settings, config, model_args, data_args, training_args), _loss, config)
+
+
+def _with_lora(model_args: Any, training_args: Any, model: Any) -> Any:
+    """LoRA as the workflows add it (create_peft_model: PaddleFormers' target modules for the model type)."""
     from paddleformers.cli.train.sft.workflow import create_peft_model
 
     with contextlib.redirect_stdout(io.StringIO()):
-        model = create_peft_model(model_args, training_args, "float32", model)
+        return create_peft_model(model_args, training_args, "float32", model)
+
+
+def _sft_batches(settings: FormersModel, config: Any, model_args: Any, data_args: Any,
+                 training_args: Any) -> Callable[[int], dict[str, Any]]:
+    """Rows of the measured length (random tokens), collated by PaddleFormers' collate_fn."""
+    from paddleformers.datasets.collate import collate_fn
+    from paddleformers.datasets.SFTDataset import Sequence
+
     vocab, length = config.vocab_size, settings.seq_len
     pad_to = data_args.max_seq_len if settings.packing else None
     tokenizer = _Padding(getattr(config, "pad_token_id", 0) or 0)
@@ -83,12 +95,77 @@ def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltMode
                                   num_examples=1)])
         collated = collate_fn(rows, tokenizer, training_args, model_args, pad_to, data_args.padding_free)
         return {key: paddle.to_tensor(value) for key, value in collated.items()}
+    return make_batch
 
-    def loss(net, batch):
-        output = net(**batch)
-        if hasattr(output, "loss") and output.loss is not None:
-            return output.loss
-        return output[0] if isinstance(output, (tuple, list)) else output
+
+def _loss(net: Any, batch: dict[str, Any]) -> Any:
+    output = net(**batch)
+    if hasattr(output, "loss") and output.loss is not None:
+        return output.loss
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def _dpo(settings: FormersModel, parsed: tuple[Any, Any, Any], config: Any, configure: Callable[[Any], None]
+         ) -> BuiltModel:
+    """DPO as its workflow and DPOTrainer run it: every row the longest chosen/rejected pair of the training data
+    (one pass of its own dataset), the reference log-probabilities from the same model with LoRA switched off (or a
+    second, frozen copy of the model without LoRA), then the policy's, through PaddleFormers' CriterionLayer."""
+    from paddleformers.cli.train.dpo.dpo_argument import DPOConfig
+    from paddleformers.datasets.collate import dpo_collate_fn
+    from paddleformers.nn.criterion import CriterionLayer
+    from paddleformers.peft.lora.lora_model import AVAILABLE_LAYERS
+
+    from vramtune.dialects.paddleformers.lengths import longest
+
+    model_args, data_args, training_args = parsed
+    sequence, tokenizer, _ = longest(model_args, data_args, training_args)
+    if sequence is None:
+        raise BuildError("train_dataset_path: DPO is measured on the training data's longest pair, and the workflow "
+                         "keeps none of its samples")
+    config.dpo_config = DPOConfig(**{name: getattr(training_args, name) for name in (
+        "beta", "offset_alpha", "simpo_gamma", "normalize_logps", "ignore_eos_token", "label_smoothing", "loss_type",
+        "pref_loss_ratio", "sft_loss_ratio", "dpop_lambda", "ref_model_update_steps", "reference_free")},
+        lora=model_args.lora)
+    configure(config)
+    model = _causal_lm(config)
+    reference = None
+    if not (model_args.lora or training_args.reference_free):
+        reference = _causal_lm(config)
+        reference.set_state_dict(model.state_dict())
+        for parameter in reference.parameters():
+            parameter.stop_gradient = True
+    model = _with_lora(model_args, training_args, model)
+    criterion = CriterionLayer(config)
+    pad_to = data_args.max_seq_len if settings.packing else None
+
+    def make_batch(batch: int) -> dict[str, Any]:
+        collated = dpo_collate_fn([[sequence]] * batch, tokenizer, training_args, max_seq_len=pad_to,
+                                  padding_free=data_args.padding_free,
+                                  use_filtered_label_loss=config.use_filtered_label_loss)
+        return {key: paddle.to_tensor(value) for key, value in collated.items()}
+
+    def switch_lora(net: Any, off: bool) -> None:
+        for layer in net.sublayers():
+            if isinstance(layer, tuple(AVAILABLE_LAYERS)):
+                layer.disable_lora = off
+
+    def loss(net: Any, batch: dict[str, Any]) -> Any:
+        inputs = {key: batch[key] for key in ("input_ids", "position_ids", "attention_mask",
+                                              "attn_mask_startend_row_indices") if key in batch}
+        labels = (batch["response_labels"], batch["response_indexs"], None, None)
+        if training_args.reference_free:
+            chosen, rejected = paddle.zeros([1]), paddle.zeros([1])
+        else:
+            with paddle.no_grad():
+                if reference is None:
+                    switch_lora(net, True)
+                    net.eval()
+                    chosen, rejected = criterion(net(**inputs), labels)
+                    switch_lora(net, False)
+                    net.train()
+                else:
+                    chosen, rejected = criterion(reference(**inputs), labels)
+        return criterion(net(**inputs), (*labels[:-2], chosen, rejected))[-1]
 
     return BuiltModel(model, make_batch, loss, config)
 

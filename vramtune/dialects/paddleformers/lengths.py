@@ -22,32 +22,37 @@ SHOWN_CHARACTERS = 60
 
 
 def dataset_config(model_args: Any, data_args: Any, training_args: Any, tokenizer: Any) -> dict[str, Any]:
-    """The dataset settings run_sft passes to create_dataset (cli/train/sft/workflow.py)."""
-    return {"tokenizer": tokenizer, "processor": None, "max_seq_len": data_args.max_seq_len,
-            "random_seed": training_args.seed, "num_replicas": 1, "rank": 0,
-            "num_samples_each_epoch": data_args.num_samples_each_epoch, "random_shuffle": False,
-            "greedy_intokens": data_args.greedy_intokens, "packing": False, "mix_strategy": data_args.mix_strategy,
-            "encode_one_turn": data_args.encode_one_turn, "use_template": data_args.use_template,
-            "is_pretraining": "pt" in model_args.stage.lower(), "truncate_packing": data_args.truncate_packing,
-            "stage": model_args.stage, "template_backend": data_args.template_backend,
-            "split_multi_turn": data_args.split_multi_turn, "dataset_type": "iterable", "dtype": "float32",
-            "dataset_num_proc": 1, "binpacking": False, "packing_interval": data_args.packing_interval,
-            "packed_idx_cache_dir": None, "dataloader_num_workers": 0, "template": data_args.template,
-            "tool_format": None, "default_system": None, "truncation_strategy": data_args.truncation_strategy,
-            "skip_warmup": data_args.skip_warmup}
+    """The dataset settings the SFT and DPO workflows pass to create_dataset (cli/train/*/workflow.py), for one
+    pass in order on one rank."""
+    config = {"tokenizer": tokenizer, "processor": None, "max_seq_len": data_args.max_seq_len,
+              "random_seed": training_args.seed, "num_replicas": 1, "rank": 0,
+              "num_samples_each_epoch": data_args.num_samples_each_epoch, "random_shuffle": False,
+              "greedy_intokens": data_args.greedy_intokens, "packing": False, "mix_strategy": data_args.mix_strategy,
+              "encode_one_turn": data_args.encode_one_turn, "use_template": data_args.use_template,
+              "is_pretraining": "pt" in model_args.stage.lower(), "truncate_packing": data_args.truncate_packing,
+              "stage": model_args.stage, "template_backend": data_args.template_backend,
+              "split_multi_turn": data_args.split_multi_turn, "dataset_type": "iterable", "dtype": "float32",
+              "dataset_num_proc": 1, "binpacking": False, "packing_interval": data_args.packing_interval,
+              "packed_idx_cache_dir": None, "dataloader_num_workers": 0, "template": data_args.template,
+              "tool_format": None, "default_system": None, "truncation_strategy": data_args.truncation_strategy,
+              "skip_warmup": data_args.skip_warmup}
+    if model_args.stage == "DPO":
+        config.update(max_prompt_len=data_args.max_prompt_len, buffer_size=data_args.buffer_size,
+                      use_attn_mask_startend_row_indices=model_args.use_attn_mask_startend_row_indices,
+                      use_filtered_label_loss=getattr(training_args, "use_filtered_label_loss", False),
+                      enable_thinking=True)
+    return config
 
 
-def measure(arguments: dict[str, Any]) -> dict[str, Any]:
-    """Child side: one pass of the workflow's own dataset over the training files."""
+def longest(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, Any, int]:
+    """Child side: (the longest sequence kept, the tokenizer, how many were kept) over one pass of the workflow's
+    own dataset."""
     from paddleformers.datasets.loader import create_dataset
     from paddleformers.datasets.template.template import get_template_and_fix_tokenizer
     from paddleformers.transformers import AutoTokenizer
 
-    from vramtune.dialects.paddleformers.building import parse
-
-    model_args, data_args, _, _, training_args = parse(arguments)
     with contextlib.redirect_stdout(io.StringIO()):
-        tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name_or_path or model_args.model_name_or_path)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token_id = tokenizer.eos_token_id
         config = dataset_config(model_args, data_args, training_args, tokenizer)
@@ -55,17 +60,27 @@ def measure(arguments: dict[str, Any]) -> dict[str, Any]:
                                        else None)
         dataset = create_dataset(task_group=data_args.train_dataset_path, task_group_prob=data_args.train_dataset_prob,
                                  sub_dataset_type=data_args.train_dataset_type, is_valid=True, **config)
-        longest, kept, tokens, previous = 0, 0, [], None
+        found, kept, previous = None, 0, None
         for batch in dataset:
             if batch is previous:  # its iterator yields its last batch twice
                 continue
             previous = batch
             for sequence in batch:
                 kept += 1
-                if len(sequence.token_ids) > longest:
-                    longest, tokens = len(sequence.token_ids), sequence.token_ids
-    text = tokenizer.decode(tokens[:32]) if tokens else ""
-    return {"longest": longest, "kept": kept, "sample": " ".join(text.split())[:SHOWN_CHARACTERS]}
+                if found is None or len(sequence.token_ids) > len(found.token_ids):
+                    found = sequence
+    return found, tokenizer, kept
+
+
+def measure(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Child side, for the parent: the longest sample's length and first words."""
+    from vramtune.dialects.paddleformers.building import parse
+
+    model_args, data_args, _, _, training_args = parse(arguments)
+    found, tokenizer, kept = longest(model_args, data_args, training_args)
+    text = tokenizer.decode(found.token_ids[:32]) if found else ""
+    return {"longest": len(found.token_ids) if found else 0, "kept": kept,
+            "sample": " ".join(text.split())[:SHOWN_CHARACTERS]}
 
 
 def cache_key(arguments: dict[str, Any], folder: str, datasets: list[str]) -> str:

@@ -129,6 +129,9 @@ def _sequence(section: Section, config: dict[str, Any], folder: str | None, data
         return {"seq_len": max_seq_len, "seq_note": f"sequence length {max_seq_len}: max_seq_len (packing fills "
                                                     "every row to it)"}
     if not (folder and datasets):
+        if config.get("stage") == "DPO":
+            section.fail("train_dataset_path", "DPO is measured on the training data's longest chosen/rejected pair: "
+                                               "the file must name training data that is there")
         return {"seq_len": max_seq_len}
     answer = longest_sample({**config, "train_dataset_path": ",".join(datasets)}, folder, datasets,
                             cache_root() / "formers-lengths")
