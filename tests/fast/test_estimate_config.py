@@ -67,6 +67,7 @@ note: assumed: AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's 
 note: qwen3: the coefficients of PaddleFormers' ERNIE-4.5 (fused projections) are assumed (its code needs paddlefleet, not on PyPI: it cannot be built here)
 predicted best, LoRA (asked): bf16-o2, micro-batch 1 x accumulation 8, recompute 36/36; peak 22.4 GiB of 22.8 GiB
   what fills it: weights 15.3 GiB, gradients 69.8 MiB, optimizer state 209.2 MiB, activations 5.2 GiB, allocator reserve 1.7 GiB
+  in the PaddleFormers config: fine_tuning: LoRA, per_device_train_batch_size: 1, gradient_accumulation_steps: 8, compute_type: bf16, fp16_opt_level: O2, recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1
 predicted best, full: nothing is predicted to fit 22.8 GiB
 (the best by preference: AMP O2, then O1, then fp32; the fewest layers recomputed; the largest micro-batch; the lowest sharding stage. Speed is not estimated)
 """
@@ -100,6 +101,13 @@ def test_the_json_answer_of_a_model_folder_and_its_config_json_alone(fake_cli, q
     best = report["full"]["best"]  # full fine-tuning fits 8 ranks once sharding partitions the state
     assert best["precision"] == "bf16-o2" and best["sharding_stage"] >= 1 and best["reserved_bytes"] <= 0.95 * 80 * 2**30
     assert best["optimizer_state"] == 12 * 8_190_735_360 // 8  # AdamW moments and fp32 master weights over 8 ranks
+    assert best["keys"] == {"fine_tuning": "Full", "per_device_train_batch_size": best["micro_batch"],
+                            "gradient_accumulation_steps": 4 // best["micro_batch"], "compute_type": "bf16",
+                            "fp16_opt_level": "O2", "sharding": f"stage{best['sharding_stage']}",
+                            "sharding_parallel_size": 8,
+                            **({"recompute_granularity": "full", "recompute_method": "block",
+                                "recompute_num_layers": best["recomputed_blocks"]}
+                               if 0 < best["recomputed_blocks"] < 36 else {})}
     code, again, _ = cli("estimate", qwen3_8b / "Qwen3-8B" / "config.json", "--card", "80GiB", "--json", "--devices",
                          "8", "--seq-len", "2048", "--batch", "4")
     assert code == 0 and json.loads(again)["full"]["best"] == best
@@ -152,3 +160,17 @@ def test_a_broken_model_config_is_named_with_exit_2(fake_cli, tmp_path):
     (tmp_path / "config.json").write_text("{")
     code, _, err = cli("estimate", tmp_path, "--card", "24GiB")
     assert code == 2 and err.startswith(f"error: {tmp_path / 'config.json'}: not JSON: ")
+
+
+def test_recompute_levels_are_those_the_models_code_honours(fake_cli, tmp_path):
+    """PaddleFormers' own ERNIE-4.5 code recomputes every layer or none; the paddlefleet models (Qwen3) take
+    Megatron's block method, the first N layers (the rows in quarters)."""
+    cli, _ = fake_cli(FakeDevice())
+    levels = {}
+    for name in ("ernie-4.5-21b-a3b", "qwen3-8b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(CONFIGS / f"{name}.json", tmp_path / name / "config.json")
+        code, out, err = cli("estimate", tmp_path / name, "--card", "80GiB", "--json")
+        assert code == 0, err
+        levels[name] = sorted({r["recomputed_blocks"] for r in json.loads(out)["LoRA"]["rows"]})
+    assert levels == {"ernie-4.5-21b-a3b": [0, 28], "qwen3-8b": [0, 9, 18, 27, 36]}

@@ -19,6 +19,10 @@ FINE_TUNINGS = ("LoRA", "full")
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
 PREFERENCE = {"O2": 0, "O1": 1, "O0": 2}
 FLASH = ("flashmask", "sdpa", "flash_attention")  # attention implementations that keep no [s, s] tensor on a GPU
+# PaddleFormers' own model code (importable here) recomputes every layer or none: only granularity full, method
+# uniform and recompute_num_layers 1 recomputes anything; the paddlefleet models take Megatron's block method
+# (the first N layers; assumed from TrainingArguments' documentation: paddlefleet cannot be read here)
+ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe")
 
 
 @dataclass
@@ -67,7 +71,8 @@ class Answer:
                 "attention": q.attention, "asked": q.fine_tuning, "active_params": self.active,
                 "seconds": round(self.seconds, 3), "notes": self.notes,
                 **{f: {"counts": vars(self.counts[f]), "rows": [r.to_json() for r in self.rows[f]],
-                       "best": (b.to_json() if (b := self.best(f)) else None)} for f in FINE_TUNINGS}}
+                       "best": ({**b.to_json(), "keys": file_keys(b, f, self.arch.layers, q)} if (b := self.best(f))
+                                else None)} for f in FINE_TUNINGS}}
 
 
 def preference(r: Row) -> tuple:
@@ -80,8 +85,27 @@ def precisions(compute_type: str) -> list[str]:
     return ["fp32", compute_type, f"{compute_type}-o2"] if compute_type in ("bf16", "fp16") else ["fp32"]
 
 
-def recompute_levels(layers: int) -> list[int]:
-    return sorted({0, layers // 4, layers // 2, 3 * layers // 4, layers})
+def recompute_levels(arch: Architecture) -> list[int]:
+    if arch.model_type in ALL_OR_NONE:
+        return [0, arch.layers]
+    return sorted({0, arch.layers // 4, arch.layers // 2, 3 * arch.layers // 4, arch.layers})
+
+
+def file_keys(best: Row, fine_tuning: str, layers: int, question: Question) -> dict[str, Any]:
+    """The PaddleFormers keys that train the way a row predicts."""
+    keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full"}
+    keys.update(per_device_train_batch_size=best.micro_batch, gradient_accumulation_steps=best.accumulation)
+    if best.precision == "fp32":
+        keys["compute_type"] = "float32"
+    else:
+        keys.update(compute_type=question.compute_type, fp16_opt_level=level_of(best.precision))
+    if best.recomputed_blocks:
+        every = best.recomputed_blocks == layers
+        keys.update(recompute_granularity="full", recompute_method="uniform" if every else "block",
+                    recompute_num_layers=1 if every else best.recomputed_blocks)
+    if best.sharding_stage:
+        keys.update(sharding=f"stage{best.sharding_stage}", sharding_parallel_size=best.devices)
+    return keys
 
 
 def micro_batches(batch: int) -> list[int]:
@@ -103,7 +127,7 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05) -> Answe
         rows[fine_tuning] = []
         for precision in precisions(question.compute_type):
             for stage in stages:
-                for recomputed in recompute_levels(arch.layers):
+                for recomputed in recompute_levels(arch):
                     for micro in micro_batches(question.batch):
                         predicted = row(counts[fine_tuning], fit, factors, precision=precision, micro_batch=micro,
                                         accumulation=question.batch // micro, recomputed=recomputed, stage=stage,

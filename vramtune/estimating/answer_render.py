@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from vramtune.estimating.answer import FINE_TUNINGS, Answer
+from vramtune.estimating.answer import FINE_TUNINGS, Answer, file_keys
 from vramtune.estimating.model import Row
 from vramtune.render import console, say
 from vramtune.units import format_bytes
@@ -64,6 +64,8 @@ def render_answer(answer: Answer) -> None:
         say("predicted best, " + _best_line(answer, fine_tuning))
         if best := answer.best(fine_tuning):
             say(_fills(best))
+            keys = file_keys(best, fine_tuning, answer.arch.layers, answer.question)
+            say("  in the PaddleFormers config: " + ", ".join(f"{key}: {value}" for key, value in keys.items()))
     say("(the best by preference: AMP O2, then O1, then fp32; the fewest layers recomputed; the largest micro-batch; "
         "the lowest sharding stage. Speed is not estimated)")
     say(f"answered in {answer.seconds:.2f}s")
