@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,12 @@ CONFIGS = ROOT / "configs"
 SPECS = Path(__file__).resolve().parent / "specs"
 FAULTS = Path(__file__).resolve().parent / "faults"
 
+
+# A suite started in the background by a script (no job control) inherits SIGINT ignored, and so would every
+# vramtune it starts: the Ctrl-C tests (tests/paddle/test_faults.py) would then wait for an interrupt that never
+# comes. Ctrl-C is the user's, at a terminal: give the tests' processes its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Each NLP stack lives in its own environment (docs/environments.md); make test runs both.
 needs_paddlenlp = pytest.mark.skipif(importlib.util.find_spec("paddlenlp") is None,
