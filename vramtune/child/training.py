@@ -68,6 +68,13 @@ class StepRunner:
             total += float(loss)
         return total / self.strategy.accumulation
 
+    def warmup_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> float:
+        """One micro-batch, then the optimizer step: afterwards the optimizer's state and every tensor shape a
+        training step uses exist, as after train_step, at 1/accumulation of its cost."""
+        self.pending = self.strategy.accumulation - 1
+        loss, _ = self.micro_step(loss_fn, batch)
+        return float(loss)
+
 
 def make_optimizer(name: str, learning_rate: float, parameters, max_grad_norm: float | None = None
                    ) -> paddle.optimizer.Optimizer:
