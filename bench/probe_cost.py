@@ -1,0 +1,115 @@
+"""What a tuning run costs beyond the training it measures, before and after a change, side by side in one run.
+
+    .venv/bin/python bench/probe_cost.py configs/mlp-python-cpu.yaml --before REV [--rounds 3]
+    .venv26/bin/python bench/probe_cost.py configs/bert-mini-cpu.yaml --before REV
+
+Each round runs `vramtune probe SPEC --fresh --json` once with vramtune as of REV (exported with `git archive` to a
+temporary folder, first on PYTHONPATH) and once with --after (a revision, or the working tree), alternately, each
+with its own cache and device lock (other runs on this machine do not make it wait; they still share the CPU,
+hence the alternation).
+Cost = the command's wall time over the seconds of the measured training steps its probes report (each probe's
+`steps` phase). It also checks that both choose the same configuration and that every configuration both measured
+peaks at the same bytes."""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def export_revision(revision: str, folder: Path) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "vramtune"], check=True,
+                             capture_output=True).stdout
+    target = folder / f"vramtune-{revision}"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def tune(spec: Path, code_root: Path, scratch: Path) -> dict:
+    """One `probe --fresh --json` run with vramtune from `code_root`: its wall seconds and report."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code_root), os.environ.get("PYTHONPATH", "")]),
+           "VRAMTUNE_CACHE": str(scratch / "cache"), "VRAMTUNE_LOCKS": str(scratch / "locks")}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "vramtune", "probe", str(spec), "--fresh", "--json"], env=env,
+                          capture_output=True, text=True, cwd=spec.parent)
+    wall = time.monotonic() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"probe failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    report = json.loads(done.stdout)
+    return {"wall": wall, "report": report}
+
+
+def summary(run: dict) -> dict:
+    probes = run["report"]["probes"]
+    steps = sum((p.get("phases") or {}).get("steps", 0.0) for p in probes)
+    phases: dict[str, float] = {}
+    for probe in probes:
+        for name, seconds in (probe.get("phases") or {}).items():
+            phases[name] = phases.get(name, 0.0) + seconds
+    chosen = run["report"]["chosen"]
+    return {"wall": run["wall"], "steps": steps, "ratio": run["wall"] / steps if steps else float("inf"),
+            "probes": len(probes), "phases": phases, "chosen": label(chosen) if chosen else "-",
+            "peaks": {label(p): p.get("peak_bytes") for p in probes if p.get("peak_bytes") is not None}}
+
+
+def label(probe: dict) -> str:
+    return (f"{probe['precision']} m={probe['micro_batch']} k={probe['accumulation']} r={probe['recomputed_blocks']}"
+            + (" static" if probe.get("to_static") else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--before", required=True, help="the git revision to compare the working tree with")
+    parser.add_argument("--after", default=None, help="the revision with the change (default: the working tree)")
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+    spec = options.spec.resolve()
+    rows: dict[str, list[dict]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="probe-cost-") as folder:
+        roots = {"before": export_revision(options.before, Path(folder)),
+                 "after": export_revision(options.after, Path(folder)) if options.after else ROOT}
+        for round_index in range(options.rounds):
+            for variant in ("before", "after") if round_index % 2 == 0 else ("after", "before"):
+                scratch = Path(folder) / f"{variant}-{round_index}"
+                scratch.mkdir()
+                row = summary(tune(spec, roots[variant], scratch))
+                rows[variant].append(row)
+                print(f"{variant:6} round {round_index + 1}: wall {row['wall']:.1f} s, measured steps "
+                      f"{row['steps']:.1f} s, {row['ratio']:.2f}x, {row['probes']} probes, chosen {row['chosen']}",
+                      file=sys.stderr)
+    print(f"| {spec.name} | probes | wall s | measured steps s | wall / steps | chosen |")
+    print("|---|---:|---:|---:|---:|---|")
+    for variant, runs in rows.items():
+        median = {key: statistics.median(r[key] for r in runs) for key in ("probes", "wall", "steps", "ratio")}
+        ratios = ", ".join(format(r["ratio"], ".2f") for r in runs)
+        print(f"| {variant} ({options.before if variant == 'before' else options.after or 'working tree'}) | "
+              f"{median['probes']:.0f} | {median['wall']:.1f} | {median['steps']:.1f} | {median['ratio']:.2f}x "
+              f"(runs: {ratios}) | {', '.join(sorted({r['chosen'] for r in runs}))} |")
+    for variant, runs in rows.items():
+        phases = {name: statistics.median(r["phases"].get(name, 0.0) for r in runs) for name in runs[0]["phases"]}
+        print(f"\n{variant}: median seconds per phase, summed over a run's probes: "
+              + ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items()))
+    peaks: dict[str, set] = {}
+    for runs in rows.values():
+        for run in runs:
+            for strategy, peak in run["peaks"].items():
+                peaks.setdefault(strategy, set()).add(peak)
+    differing = {strategy: sorted(values) for strategy, values in peaks.items() if len(values) > 1}
+    print(f"\npeaks of the {len(peaks)} configurations measured: "
+          + ("the same to the byte in every run" if not differing else f"DIFFER: {differing}"))
+
+
+if __name__ == "__main__":
+    main()
