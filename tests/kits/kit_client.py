@@ -45,15 +45,20 @@ def write_images(folder: Path, count: int, height: int, width: int) -> list[str]
     return names
 
 
-def run_train(checkout: Path, config: Path, options: list[str], work: Path, timeout: float = 900) -> tuple[int, str]:
-    """Run the kit's tools/train.py (cwd: the checkout, as its docs do); (host allocator peak, the output)."""
+def run_train(checkout: Path, config: Path, options: list[str], work: Path, timeout: float = 900,
+              one_flag: bool = False) -> tuple[int, str]:
+    """Run the kit's tools/train.py (cwd: the checkout, as its docs do); (host allocator peak, the output).
+    one_flag: every override after one -o (PaddleOCR's argparse nargs="+"), else one -o each (PaddleClas)."""
     hook = work / "hook"
     hook.mkdir(parents=True, exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK, encoding="utf-8")
     env = {**child_env(), "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     arguments = [sys.executable, "tools/train.py", "-c", str(config)]
-    for option in options:
-        arguments += ["-o", option]
+    if one_flag and options:
+        arguments += ["-o", *options]
+    else:
+        for option in options:
+            arguments += ["-o", option]
     done = subprocess.run(arguments, cwd=checkout, env=env, capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
     found = PEAK.findall(output)

@@ -35,6 +35,20 @@ class Kit:
     name: str  # its source name: paddleclas, paddleocr
     package: str  # the kit's Python package in its checkout (ppcls, ppocr)
     sections: tuple[str, ...]  # top-level keys that, together, mark its training configs
+    one_flag: bool = False  # its tools/train.py takes every override after one -o (argparse nargs="+")
+
+    def value(self, text: str) -> Any:
+        """A -o value as the kit's tools/train.py reads it."""
+        return literal(text)
+
+    def command_options(self, options: list[str]) -> str:
+        """The -o part of the kit's command line for these overrides."""
+        import shlex
+
+        if not options:
+            return ""
+        quoted = [shlex.quote(option) for option in options]
+        return " -o " + " ".join(quoted) if self.one_flag else "".join(f" -o {option}" for option in quoted)
 
     def recognises(self, raw: Any) -> bool:
         return isinstance(raw, dict) and all(key in raw for key in self.sections)

@@ -26,23 +26,23 @@ def is_kit_config(path: Path) -> bool:
         return False
 
 
-def command(spec: Any, changed: set[str]) -> str:
+def command(kit: Any, spec: Any, changed: set[str]) -> str:
     """How to train the tuned file: the kit's tools/train.py, with the user's -o options that are not tuned keys."""
     options = [option for option in spec.model.options if option.partition("=")[0] not in changed]
-    tail = "".join(f" -o {shlex.quote(option)}" for option in options)
-    return f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py -c TUNED_FILE{tail}"
+    return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py -c TUNED_FILE"
+            f"{kit.command_options(options)}")
 
 
 def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     from vramtune.dialects.kits import KITS
 
-    text = Path(spec.model.config).read_text(encoding="utf-8")
-    changes, warnings = KITS[spec.source].changes(yaml.safe_load(text), Tuned.of(report))
+    kit, text = KITS[spec.source], Path(spec.model.config).read_text(encoding="utf-8")
+    changes, warnings = kit.changes(yaml.safe_load(text), Tuned.of(report))
     tuned, followers = set_keys(text, changes, "yaml")
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
     overridden = [option for option in spec.model.options if option.partition("=")[0] in changes]
     if overridden:
         warnings.append(f"-o {' -o '.join(overridden)}: tuned in the file now; do not pass them to the kit again")
-    warnings.append("train the tuned file with the kit: " + command(spec, set(changes)))
+    warnings.append("train the tuned file with the kit: " + command(kit, spec, set(changes)))
     return tuned, warnings

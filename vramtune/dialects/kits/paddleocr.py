@@ -30,8 +30,8 @@ OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "momentum": "momentum", "sgd": "
 EXTRA_INPUT = ("SRN", "NRTR", "SAR", "SEED", "SVTR", "SVTR_LCNet", "SPIN", "VisionLAN", "RobustScanner", "RFL",
                "DRRG", "SATRN", "SVTR_HGNet", "ParseQ", "CPPD")
 LR_ADVICE = ("PaddleOCR cannot accumulate gradients: the effective batch falls from {target} to {batch} per card. "
-             "Its docs advise scaling Optimizer.lr.learning_rate with the total batch (linear scaling: x{ratio:.3g} "
-             "here) and keeping the warmup")
+             "Its configs tie each learning rate to the total batch it was set for (`learning_rate: 0.001 # 8gpus "
+             "192bs`): scale Optimizer.lr.learning_rate with the batch (linear scaling: x{ratio:.3g} here)")
 
 
 def batch_key(config: dict[str, Any]) -> str:
@@ -67,7 +67,7 @@ def eval_shape(config: dict[str, Any]) -> tuple[int, int]:
 
 class PaddleOCR(Kit):
     def value(self, text: str) -> Any:
-        """tools/program.py reads -o values as YAML."""
+        """tools/program.py reads -o values as YAML, all of them after one -o."""
         return yaml.safe_load(text)
 
     def spec(self, raw, path, options):
@@ -91,8 +91,10 @@ class PaddleOCR(Kit):
             "data": {},
             "train": {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001},
             "device": "auto", "budget": "auto",
-            # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch
+            # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch. No
+            # BatchNorm floor: without accumulation a smaller batch is the only way to fit, BatchNorm or not
             "search": {"recompute": "off", "sharding": "off", "precisions": ["fp16", "fp16-o2", "bf16", "bf16-o2"],
+                       "min_micro_batch": 1,
                        **({} if get_key(config, "Global.to_static") else {"to_static": "off"})},
             "probe": {"steps": max(3, len(scales(config, batch)))},  # every scale in the measured steps
         }
@@ -119,7 +121,7 @@ class PaddleOCR(Kit):
         return changes, warnings
 
 
-KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"))
+KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True)
 
 
 def set_head_sizes(config: dict[str, Any], characters: int) -> None:
