@@ -44,9 +44,10 @@ VOCAB = (llama(256, 688, 4, 4, 4000), 256)  # against FIT["separate"][0]: the lo
 HELD_OUT = [(llama(320, 864, 5, 5, 3000), 384), (ernie(320, 864, 5, 5, 3000), 384)]
 
 
-def measure(config: dict, folder: Path, micro: int, seq: int, layers: int) -> int:
+def measure(config: dict, folder: Path, micro: int, seq: int, layers: int, recompute: bool = False) -> int:
     """fp32 activation bytes of one training step (AdamW) of `config` at `layers` layers, built by PaddleFormers on
-    CPU: the host allocator's peak in the second step less what was allocated before it, less the gradients."""
+    CPU: the host allocator's peak in the second step less what was allocated before it, less the gradients. With
+    every layer recomputed as PaddleFormers' workflow sets it on the model's configuration."""
     import paddle
     from paddle.base import core
     from paddleformers.transformers import AutoConfig, AutoModelForCausalLM
@@ -55,6 +56,8 @@ def measure(config: dict, folder: Path, micro: int, seq: int, layers: int) -> in
     (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
     built = AutoConfig.from_pretrained(str(folder))
     built._attn_implementation, built.fuse_rms_norm = "eager", False  # the CPU's kernels
+    if recompute:
+        built.recompute_granularity, built.recompute_method, built.recompute_num_layers = "full", "uniform", 1
     paddle.seed(0)
     model = AutoModelForCausalLM.from_config(built)
     model.train()
@@ -99,12 +102,21 @@ def main() -> None:
     base, wide = slopes(*FIT["separate"][0], folder)[1], slopes(*VOCAB, folder)[1]
     print(f"logits: {(wide - base) / (256 * 3000):.2f} bytes per token and vocabulary entry; analytic.py "
           f"{analytic.LOGITS}", flush=True)
+    recompute = []
+    for config, seq in (FIT["separate"][0], FIT["fused"][0]):
+        fit = analytic.activations(architecture({**config, "num_hidden_layers": 4}), seq, flash=False)
+        measured = measure(config, folder, 8, seq, 4, recompute=True) / 8 - 4 * fit.kept
+        recompute.append(([fit.outside, fit.layer], measured))
+    outside, layer = linear_fit([row for row, _ in recompute], [value for _, value in recompute]) or (0.0, 0.0)
+    print(f"recompute: x{layer:.2f} of a layer, x{outside:.2f} of the outside; analytic.py "
+          f"x{analytic.RECOMPUTE_LAYER}, x{analytic.RECOMPUTE_OUTSIDE}", flush=True)
     for config, seq in HELD_OUT:
-        for layers in (2, 4):
+        for layers, recomputed in ((2, 0), (4, 0), (4, 4)):
             arch = architecture({**config, "num_hidden_layers": layers})
-            predicted = analytic.activations(arch, seq, flash=False).activations(layers, 8, 0)
-            measured = measure(config, folder, 8, seq, layers)
-            print(f"held out {config['model_type']} h={config['hidden_size']} s={seq} {layers} layers m=8: predicted "
+            predicted = analytic.activations(arch, seq, flash=False).activations(layers, 8, recomputed)
+            measured = measure(config, folder, 8, seq, layers, recompute=bool(recomputed))
+            print(f"held out {config['model_type']} h={config['hidden_size']} s={seq} {layers} layers m=8"
+                  + (" every layer recomputed" if recomputed else "") + ": predicted "
                   f"{predicted / 2**20:.1f} MiB, measured {measured / 2**20:.1f} MiB "
                   f"({(predicted - measured) / measured:+.1%})", flush=True)
 

@@ -30,43 +30,43 @@ predicted per-rank peaks within 22.8 GiB
 ┃ fine-tuning ┃ precision ┃ recompute ┃ stage ┃ largest fitting ┃ its peak ┃ next up ┃  its peak ┃
 ┡━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━┩
 │ LoRA        │ fp32      │         - │     0 │            none │        - │     m=1 │  85.3 GiB │
-│ LoRA        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │  76.0 GiB │
-│ LoRA        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │  65.5 GiB │
-│ LoRA        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │  55.0 GiB │
-│ LoRA        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │  44.4 GiB │
+│ LoRA        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │  74.8 GiB │
+│ LoRA        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │  64.2 GiB │
+│ LoRA        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │  53.7 GiB │
+│ LoRA        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │  43.2 GiB │
 │ LoRA        │ bf16      │         - │     0 │            none │        - │     m=1 │  77.1 GiB │
-│ LoRA        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │  72.0 GiB │
-│ LoRA        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │  66.2 GiB │
-│ LoRA        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │  60.4 GiB │
-│ LoRA        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │  54.6 GiB │
+│ LoRA        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │  71.3 GiB │
+│ LoRA        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │  65.5 GiB │
+│ LoRA        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │  59.7 GiB │
+│ LoRA        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │  53.9 GiB │
 │ LoRA        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │  42.8 GiB │
-│ LoRA        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │  38.2 GiB │
-│ LoRA        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │  32.9 GiB │
-│ LoRA        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │  27.7 GiB │
-│ LoRA        │ bf16-o2   │     36/36 │     0 │             m=1 │ 22.4 GiB │     m=2 │  28.0 GiB │
+│ LoRA        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │  37.6 GiB │
+│ LoRA        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │  32.3 GiB │
+│ LoRA        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │  27.0 GiB │
+│ LoRA        │ bf16-o2   │     36/36 │     0 │             m=1 │ 21.8 GiB │     m=2 │  26.7 GiB │
 │ full        │ fp32      │         - │     0 │            none │        - │     m=1 │ 183.9 GiB │
-│ full        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │ 174.6 GiB │
-│ full        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │ 164.1 GiB │
-│ full        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │ 153.5 GiB │
-│ full        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │ 143.0 GiB │
+│ full        │ fp32      │      9/36 │     0 │            none │        - │     m=1 │ 173.3 GiB │
+│ full        │ fp32      │     18/36 │     0 │            none │        - │     m=1 │ 162.8 GiB │
+│ full        │ fp32      │     27/36 │     0 │            none │        - │     m=1 │ 152.3 GiB │
+│ full        │ fp32      │     36/36 │     0 │            none │        - │     m=1 │ 141.8 GiB │
 │ full        │ bf16      │         - │     0 │            none │        - │     m=1 │ 175.7 GiB │
-│ full        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │ 170.6 GiB │
-│ full        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │ 164.8 GiB │
-│ full        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │ 159.0 GiB │
-│ full        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │ 153.2 GiB │
+│ full        │ bf16      │      9/36 │     0 │            none │        - │     m=1 │ 169.9 GiB │
+│ full        │ bf16      │     18/36 │     0 │            none │        - │     m=1 │ 164.1 GiB │
+│ full        │ bf16      │     27/36 │     0 │            none │        - │     m=1 │ 158.3 GiB │
+│ full        │ bf16      │     36/36 │     0 │            none │        - │     m=1 │ 152.5 GiB │
 │ full        │ bf16-o2   │         - │     0 │            none │        - │     m=1 │ 174.3 GiB │
-│ full        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │ 169.7 GiB │
-│ full        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │ 164.4 GiB │
-│ full        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │ 159.1 GiB │
-│ full        │ bf16-o2   │     36/36 │     0 │            none │        - │     m=1 │ 153.9 GiB │
+│ full        │ bf16-o2   │      9/36 │     0 │            none │        - │     m=1 │ 169.1 GiB │
+│ full        │ bf16-o2   │     18/36 │     0 │            none │        - │     m=1 │ 163.8 GiB │
+│ full        │ bf16-o2   │     27/36 │     0 │            none │        - │     m=1 │ 158.5 GiB │
+│ full        │ bf16-o2   │     36/36 │     0 │            none │        - │     m=1 │ 153.3 GiB │
 └─────────────┴───────────┴───────────┴───────┴─────────────────┴──────────┴─────────┴───────────┘
 note: sequence length 4096: max_seq_len (packing fills every row to it)
 note: counted (exact, from config.json as PaddleFormers builds the model): every parameter; LoRA r=8 on PaddleFormers' target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments, fp32 gradients with amp_master_grad)
 note: measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and width, and of the logits
 note: assumed: AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%, flashmask attention keeps no [s, s] tensor
 note: qwen3: the coefficients of PaddleFormers' ERNIE-4.5 (fused projections) are assumed (its code needs paddlefleet, not on PyPI: it cannot be built here)
-predicted best, LoRA (asked): bf16-o2, micro-batch 1 x accumulation 8, recompute 36/36; peak 22.4 GiB of 22.8 GiB
-  what fills it: weights 15.3 GiB, gradients 69.8 MiB, optimizer state 209.2 MiB, activations 5.2 GiB, allocator reserve 1.7 GiB
+predicted best, LoRA (asked): bf16-o2, micro-batch 1 x accumulation 8, recompute 36/36; peak 21.8 GiB of 22.8 GiB
+  what fills it: weights 15.3 GiB, gradients 69.8 MiB, optimizer state 209.2 MiB, activations 4.6 GiB, allocator reserve 1.6 GiB
   in the PaddleFormers config: fine_tuning: LoRA, per_device_train_batch_size: 1, gradient_accumulation_steps: 8, compute_type: bf16, fp16_opt_level: O2, recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1
 predicted best, full: nothing is predicted to fit 22.8 GiB
 (the best by preference: AMP O2, then O1, then fp32; the fewest layers recomputed; the largest micro-batch; the lowest sharding stage. Speed is not estimated)

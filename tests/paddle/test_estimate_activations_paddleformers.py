@@ -1,5 +1,6 @@
 """The analytic activation model (vramtune/estimating/analytic.py) against PaddleFormers' own Llama and ERNIE-4.5
-trained on CPU (fp32, eager attention) at a shape its coefficients were not fitted to: 4 layers, 8 samples."""
+trained on CPU (fp32, eager attention) at a shape its coefficients were not fitted to: 4 layers, 8 samples, with
+no layer and with every layer recomputed (as PaddleFormers' workflow sets it on the model)."""
 from __future__ import annotations
 
 import sys
@@ -16,9 +17,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from estimate_activations import HELD_OUT, measure  # noqa: E402
 
 
-@pytest.mark.parametrize("config, seq", HELD_OUT, ids=[config["model_type"] for config, _ in HELD_OUT])
-def test_predicted_activations_of_a_shape_the_fit_never_saw(config, seq, tmp_path):
+@pytest.mark.parametrize("config, seq, recompute", [(*HELD_OUT[0], False), (*HELD_OUT[1], True)],
+                         ids=["llama", "ernie4_5-recompute"])  # the other two: bench/estimate_activations.py
+def test_predicted_activations_of_a_shape_the_fit_never_saw(config, seq, recompute, tmp_path):
     layers, micro = 4, 8
     predicted = activations(architecture({**config, "num_hidden_layers": layers}), seq, flash=False)
-    measured = measure(config, tmp_path, micro, seq, layers)
-    assert predicted.activations(layers, micro, 0) == pytest.approx(measured, rel=0.08), measured
+    measured = measure(config, tmp_path, micro, seq, layers, recompute)
+    assert predicted.activations(layers, micro, layers if recompute else 0) == pytest.approx(measured, rel=0.09)

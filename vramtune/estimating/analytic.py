@@ -16,9 +16,9 @@ The coefficients were fitted to PaddleFormers 1.2's Llama (separate q/k/v and ga
 (fused) on CPU, fp32, eager attention, at four shapes each, measured as the host allocator's peak of a training step
 (AdamW) less its weights, gradients and optimizer state, between 1 and 2 layers at 4 and 8 samples
 (bench/estimate_activations.py remeasures them; a held-out shape of each, h=320, s=384, at 2 and 4 layers and 8
-samples: Llama +3.0% and +1.0%, ERNIE-4.5 +6.8% and +6.2% over the measured). Recompute of n of L layers (PaddleFormers'
-recompute_granularity full, recompute_method uniform, recompute_num_layers n): each recomputed layer keeps only its
-input (4 s h), and backward rebuilds one layer at a time.
+samples: Llama +3.0% and +1.0%, ERNIE-4.5 +6.8% and +6.2% over the measured; every layer of 4 recomputed: +2.8%
+and +8.0%). Recompute of n of L layers: each recomputed layer keeps only its input (4 s h); backward then peaks
+either in the loss's backward or while a layer is rebuilt (RECOMPUTE_LAYER, RECOMPUTE_OUTSIDE).
 """
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ LOGITS = 12.0  # per token and vocabulary entry
 MASK = 17.7  # per token pair, eager attention's mask
 MOE_DISPATCH = 8.0  # per token, hidden unit and routed expert: its dispatched input and its output (assumed)
 KEPT = 4.0  # per token and hidden unit: what a recomputed layer keeps (its input)
+# with layers recomputed, backward peaks while one layer is rebuilt: its activations and gradients (x RECOMPUTE_LAYER
+# of a layer's) beside part of what is outside the layers (x RECOMPUTE_OUTSIDE), fitted at 4 layers of the first
+# shape of each family (bench/estimate_activations.py)
+RECOMPUTE_LAYER = 1.16
+RECOMPUTE_OUTSIDE = 0.38
 
 
 @dataclass
@@ -55,8 +60,11 @@ class AnalyticActivations:
     floor: float = 0.0
 
     def activations(self, layers: int, micro_batch: int, recomputed: int) -> float:
-        held = (layers - recomputed) * self.layer + recomputed * self.kept + (self.layer if recomputed else 0.0)
-        return micro_batch * (self.outside + held)
+        held = (layers - recomputed) * self.layer + recomputed * self.kept
+        plain = self.outside + held  # the peak while the loss's backward runs
+        if not recomputed:
+            return micro_batch * plain
+        return micro_batch * max(plain, RECOMPUTE_OUTSIDE * self.outside + held + RECOMPUTE_LAYER * self.layer)
 
 
 def layer_bytes(arch: Architecture, seq: int, index: int, flash: bool) -> float:
