@@ -66,7 +66,8 @@ class Answer:
 
     def to_json(self) -> dict[str, Any]:
         q = self.question
-        return {"model": q.name, "model_type": self.arch.model_type, "seq_len": q.seq_len, "batch": q.batch,
+        return {"model": q.name, "model_type": self.arch.model_type, "layers": self.arch.layers,
+                "seq_len": q.seq_len, "batch": q.batch,
                 "devices": q.devices, "budget_bytes": self.budget.bytes, "limit_bytes": int(self.budget.limit),
                 "attention": q.attention, "asked": q.fine_tuning, "active_params": self.active,
                 "seconds": round(self.seconds, 3), "notes": self.notes,
