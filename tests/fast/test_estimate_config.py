@@ -163,8 +163,9 @@ def test_a_broken_model_config_is_named_with_exit_2(fake_cli, tmp_path):
 
 
 def test_recompute_levels_are_those_the_models_code_honours(fake_cli, tmp_path):
-    """PaddleFormers' own ERNIE-4.5 code recomputes every layer or none; the paddlefleet models (Qwen3) take
-    Megatron's block method, the first N layers (the rows in quarters)."""
+    """PaddleFormers' own ERNIE-4.5 code recomputes every layer or none, and a layer only when its input needs a
+    gradient: under LoRA not the first (the embeddings are frozen). The paddlefleet models (Qwen3) take Megatron's
+    block method, the first N layers (the rows in quarters)."""
     cli, _ = fake_cli(FakeDevice())
     levels = {}
     for name in ("ernie-4.5-21b-a3b", "qwen3-8b"):
@@ -172,5 +173,6 @@ def test_recompute_levels_are_those_the_models_code_honours(fake_cli, tmp_path):
         shutil.copy(CONFIGS / f"{name}.json", tmp_path / name / "config.json")
         code, out, err = cli("estimate", tmp_path / name, "--card", "80GiB", "--json")
         assert code == 0, err
-        levels[name] = sorted({r["recomputed_blocks"] for r in json.loads(out)["LoRA"]["rows"]})
-    assert levels == {"ernie-4.5-21b-a3b": [0, 28], "qwen3-8b": [0, 9, 18, 27, 36]}
+        report = json.loads(out)
+        levels[name] = [sorted({r["recomputed_blocks"] for r in report[f]["rows"]}) for f in ("LoRA", "full")]
+    assert levels == {"ernie-4.5-21b-a3b": [[0, 27], [0, 28]], "qwen3-8b": [[0, 9, 18, 27, 36]] * 2}

@@ -12,12 +12,12 @@ from typing import Any
 from vramtune.estimating.analytic import activations
 from vramtune.estimating.architecture import Architecture, architecture, count
 from vramtune.estimating.model import Counts, Factors, Row, row
+from vramtune.estimating.model import recompute_levels as recompute_quarters
 from vramtune.mechanisms.precision import level_of
 from vramtune.records import Budget
 
 FINE_TUNINGS = ("LoRA", "full")
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
-PREFERENCE = {"O2": 0, "O1": 1, "O0": 2}
 FLASH = ("flashmask", "sdpa", "flash_attention")  # attention implementations that keep no [s, s] tensor on a GPU
 # PaddleFormers' own model code (importable here) recomputes every layer or none: only granularity full, method
 # uniform and recompute_num_layers 1 recomputes anything; the paddlefleet models take Megatron's block method
@@ -56,7 +56,7 @@ class Answer:
 
     def best(self, fine_tuning: str) -> Row | None:
         fitting = [r for r in self.rows[fine_tuning] if r.fits]
-        return min(fitting, key=preference) if fitting else None
+        return min(fitting, key=Row.preference) if fitting else None
 
     @property
     def fits(self) -> bool:
@@ -72,27 +72,23 @@ class Answer:
                 "attention": q.attention, "asked": q.fine_tuning, "active_params": self.active,
                 "seconds": round(self.seconds, 3), "notes": self.notes,
                 **{f: {"counts": vars(self.counts[f]), "rows": [r.to_json() for r in self.rows[f]],
-                       "best": ({**b.to_json(), "keys": file_keys(b, f, self.arch.layers, q)} if (b := self.best(f))
+                       "best": ({**b.to_json(), "keys": file_keys(b, f, self.arch, q)} if (b := self.best(f))
                                 else None)} for f in FINE_TUNINGS}}
-
-
-def preference(r: Row) -> tuple:
-    """The predicted best first: AMP O2, then O1, then fp32; the fewest layers recomputed; the largest micro-batch;
-    the lowest sharding stage."""
-    return (PREFERENCE[level_of(r.precision)], r.recomputed_blocks, -r.micro_batch, r.sharding_stage)
 
 
 def precisions(compute_type: str) -> list[str]:
     return ["fp32", compute_type, f"{compute_type}-o2"] if compute_type in ("bf16", "fp16") else ["fp32"]
 
 
-def recompute_levels(arch: Architecture) -> list[int]:
+def recompute_levels(arch: Architecture, fine_tuning: str) -> list[int]:
+    """What the model's code can recompute. PaddleFormers' own code recomputes a layer only when its input needs a
+    gradient: under LoRA (the embeddings frozen) never the first."""
     if arch.model_type in ALL_OR_NONE:
-        return [0, arch.layers]
-    return sorted({0, arch.layers // 4, arch.layers // 2, 3 * arch.layers // 4, arch.layers})
+        return [0, arch.layers - 1 if fine_tuning == "LoRA" else arch.layers]
+    return recompute_quarters(arch.layers)
 
 
-def file_keys(best: Row, fine_tuning: str, layers: int, question: Question) -> dict[str, Any]:
+def file_keys(best: Row, fine_tuning: str, arch: Architecture, question: Question) -> dict[str, Any]:
     """The PaddleFormers keys that train the way a row predicts."""
     keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full"}
     keys.update(per_device_train_batch_size=best.micro_batch, gradient_accumulation_steps=best.accumulation)
@@ -101,7 +97,7 @@ def file_keys(best: Row, fine_tuning: str, layers: int, question: Question) -> d
     else:
         keys.update(compute_type=question.compute_type, fp16_opt_level=level_of(best.precision))
     if best.recomputed_blocks:
-        every = best.recomputed_blocks == layers
+        every = best.recomputed_blocks == arch.layers or arch.model_type in ALL_OR_NONE
         keys.update(recompute_granularity="full", recompute_method="uniform" if every else "block",
                     recompute_num_layers=1 if every else best.recomputed_blocks)
     if best.sharding_stage:
@@ -128,7 +124,7 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05) -> Answe
         rows[fine_tuning] = []
         for precision in precisions(question.compute_type):
             for stage in stages:
-                for recomputed in recompute_levels(arch):
+                for recomputed in recompute_levels(arch, fine_tuning):
                     for micro in micro_batches(question.batch):
                         predicted = row(counts[fine_tuning], fit, factors, precision=precision, micro_batch=micro,
                                         accumulation=question.batch // micro, recomputed=recomputed, stage=stage,

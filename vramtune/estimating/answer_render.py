@@ -64,7 +64,7 @@ def render_answer(answer: Answer) -> None:
         say("predicted best, " + _best_line(answer, fine_tuning))
         if best := answer.best(fine_tuning):
             say(_fills(best))
-            keys = file_keys(best, fine_tuning, answer.arch.layers, answer.question)
+            keys = file_keys(best, fine_tuning, answer.arch, answer.question)
             say("  in the PaddleFormers config: " + ", ".join(f"{key}: {value}" for key, value in keys.items()))
     say("(the best by preference: AMP O2, then O1, then fp32; the fewest layers recomputed; the largest micro-batch; "
         "the lowest sharding stage. Speed is not estimated)")

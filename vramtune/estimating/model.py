@@ -125,9 +125,15 @@ class Row:
         return {**asdict(self), "peak_bytes": self.peak, "reserved_bytes": self.reserved}
 
     def preference(self) -> tuple:
-        """The predicted best first: AMP O2, O1, fp32; no recompute; the largest micro-batch; the lowest stage."""
-        return (PREFERENCE[level_of(self.precision)], bool(self.recomputed_blocks), -self.micro_batch,
-                self.sharding_stage, self.precision)
+        """The predicted best first: AMP O2, O1, fp32; the fewest layers recomputed; the largest micro-batch; the
+        lowest stage."""
+        return (PREFERENCE[level_of(self.precision)], self.recomputed_blocks, -self.micro_batch, self.sharding_stage,
+                self.precision)
+
+
+def recompute_levels(layers: int) -> list[int]:
+    """None, a quarter, half, three quarters and every layer recomputed."""
+    return sorted({0, layers // 4, layers // 2, 3 * layers // 4, layers})
 
 
 def state(counts: Counts, precision: str, optimizer: str, master_grad: bool = False) -> dict[str, int]:

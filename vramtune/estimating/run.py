@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, amp_copies, row
+from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, amp_copies, recompute_levels, row
 from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Report
@@ -224,11 +224,12 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
 
 def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
           devices: int, buffer_ratio: float) -> list[Row]:
-    """Every strategy the ladder would consider on a GPU: each precision x micro-batch x recompute x stage."""
+    """Every strategy the ladder would consider on a GPU: each precision x micro-batch x recompute (part of the
+    layers too) x stage."""
     precisions = ["fp32", *[p for p in AMP_PRECISIONS if p in spec.settings["precision"].allowed]]
     stages = [0, 1, 2, 3] if devices > 1 and spec.settings["sharding"] else [0]
     saves = fit.s0 + fit.s1 * counts.layers / fit.width_scale > 0  # recomputing every layer saves memory
-    levels = [0, counts.layers] if spec.settings["recompute"].enabled and saves else [0]
+    levels = recompute_levels(counts.layers) if spec.settings["recompute"].enabled and saves else [0]
     per_rank = spec.train.target_batch // devices
     rows = []
     for precision in precisions:
