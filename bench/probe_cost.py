@@ -58,6 +58,8 @@ def summary(run: dict) -> dict:
         for name, seconds in (probe.get("phases") or {}).items():
             phases[name] = phases.get(name, 0.0) + seconds
     chosen = run["report"]["chosen"]
+    phases["outside the search (start, Paddle's import in the warm worker, report)"] = \
+        run["wall"] - run["report"]["seconds"]
     return {"wall": run["wall"], "steps": steps, "ratio": run["wall"] / steps if steps else float("inf"),
             "probes": len(probes), "phases": phases, "chosen": label(chosen) if chosen else "-",
             "peaks": {label(p): p.get("peak_bytes") for p in probes if p.get("peak_bytes") is not None}}
