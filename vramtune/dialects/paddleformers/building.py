@@ -51,9 +51,9 @@ def model_config(model_args: Any, data_args: Any, training_args: Any, device_kin
     config.max_sequence_length = data_args.max_seq_len
     config._attn_implementation = model_args._attn_implementation
     config.is_lora = model_args.lora
-    if device_kind == "cpu":
+    if device_kind == "cpu":  # RMSNorm reads config.get("fuse_rms_norm", True): absent means fused
         for name in keys.FUSED_CONFIG_FIELDS:
-            if getattr(config, name, False):
+            if name == "fuse_rms_norm" or getattr(config, name, False):
                 setattr(config, name, False)
     return config
 
@@ -65,7 +65,7 @@ def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltMode
     if settings.stage == "DPO":
         return _dpo(settings, (model_args, data_args, training_args), config, configure)
     configure(config)  # the mechanisms' keys read at construction: recompute
-    model = _with_lora(model_args, training_args, _causal_lm(config))
+    model = _with_lora(model_args, training_args, _causal_lm(config, settings.folder))
     return BuiltModel(model, _sft_batches(settings, config, model_args, data_args, training_args), _loss, config)
 
 
@@ -127,10 +127,10 @@ def _dpo(settings: FormersModel, parsed: tuple[Any, Any, Any], config: Any, conf
         "pref_loss_ratio", "sft_loss_ratio", "dpop_lambda", "ref_model_update_steps", "reference_free")},
         lora=model_args.lora)
     configure(config)
-    model = _causal_lm(config)
+    model = _causal_lm(config, settings.folder)
     reference = None
     if not (model_args.lora or training_args.reference_free):
-        reference = _causal_lm(config)
+        reference = _causal_lm(config, settings.folder)
         reference.set_state_dict(model.state_dict())
         for parameter in reference.parameters():
             parameter.stop_gradient = True
@@ -177,10 +177,10 @@ class _Padding:
         self.pad_token_id = pad_token_id
 
 
-def _causal_lm(config: Any) -> Any:
+def _causal_lm(config: Any, folder: str) -> Any:
     from paddleformers.transformers import AutoModelForCausalLM
 
     try:
         return AutoModelForCausalLM.from_config(config, dtype="float32")
     except Exception as error:
-        raise architecture_error(str(getattr(config, "name_or_path", "") or "the model folder"), error) from error
+        raise architecture_error(folder, error) from error

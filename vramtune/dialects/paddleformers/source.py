@@ -119,8 +119,8 @@ def architecture_error(folder: str, error: Exception) -> BuildError:
     text = f"{type(error).__name__}: {error}"
     if FLEET_HINT in text:
         return BuildError(f"model_name_or_path: {folder}: PaddleFormers builds this architecture through paddlefleet, "
-                          "which is not installable from PyPI (it is not on this machine): vramtune cannot probe "
-                          f"it here; {keys.ESTIMATE}")
+                          "which is not on PyPI (nor on this machine): vramtune cannot probe it here; estimate it "
+                          "without measuring: vramtune estimate")
     return BuildError(f"model_name_or_path: {folder}: PaddleFormers cannot build it: {text[:300]}")
 
 
