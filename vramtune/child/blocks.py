@@ -100,10 +100,10 @@ class RecomputeBlock(paddle.nn.Layer):
         marker = next((p for p in self.parameters() if not p.stop_gradient), None)
         markers = () if marker is None else (marker,)
         return recompute(_Call(forward, args, kwargs), *markers, use_reentrant=False,
-                         preserve_rng_state=_rng_state_can_be_preserved())
+                         preserve_rng_state=rng_state_can_be_preserved())
 
 
-def _rng_state_can_be_preserved() -> bool:
+def rng_state_can_be_preserved() -> bool:
     """Paddle 2.6 cannot restore the CPU's RNG state in recompute (it raises); there, dropout masks differ between
     the forward and its recomputation, which changes no memory figure."""
     major = paddle.__version__.split(".")[0]

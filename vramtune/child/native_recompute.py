@@ -12,12 +12,13 @@ one you would assume, so the search measures them):
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
 import paddle
 
-from vramtune.child.blocks import BlockError
+from vramtune.child.blocks import BlockError, rng_state_can_be_preserved
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,26 @@ def configure(config: Any, strategy: Any) -> None:
         raise BlockError(f"recomputed_blocks {recomputed}: PaddleNLP's {kind} recomputes all {layers} layers or none")
     config.recompute = True
     config.recompute_granularity = granularity
+    recompute_without_rng_state_where_it_cannot_be_kept()
     if is_formers(config):
         config.recompute_method, config.recompute_num_layers = "uniform", 1
     if allowed.partial:
         config.no_recompute_layers = list(range(recomputed, layers)) or None
+
+
+def recompute_without_rng_state_where_it_cannot_be_kept() -> None:
+    """The models ask Paddle's recompute to keep the RNG state, which Paddle 2.6 cannot on CPU (it raises "Recompute
+    with RNG perserve is not support current device: cpu"): there, as vramtune's own wrapper does (blocks.py), they
+    recompute without it. Only dropout masks differ in the recomputation; no memory figure changes."""
+    package = importlib.import_module("paddle.distributed.fleet.recompute")  # what fleet.utils.recompute calls
+    if rng_state_can_be_preserved() or getattr(package.recompute, "without_rng_state", False):
+        return
+    keeping = package.recompute
+
+    def recompute(function, *args, **kwargs):
+        return keeping(function, *args, **{**kwargs, "preserve_rng_state": False})
+    recompute.without_rng_state = True
+    package.recompute = recompute
 
 
 def is_native(model: paddle.nn.Layer) -> bool:
