@@ -81,7 +81,7 @@ def literal(text: str) -> Any:
 def split_option(option: str, parse: Callable[[str], Any] = literal) -> tuple[str, Any]:
     key, equals, text = option.partition("=")
     if not equals or not key:
-        raise KitError(f"-o {option!r}: must be Key=value (dotted keys, e.g. Global.epochs=1)")
+        raise KitError(f"override {option!r}: must be Key=value (dotted keys, e.g. Global.epochs=1)")
     return key, parse(text)
 
 
@@ -109,7 +109,7 @@ def apply_options(raw: dict[str, Any], options: list[str], parse: Callable[[str]
         try:
             set_key(raw, key, value)
         except (IndexError, ValueError) as error:
-            raise KitError(f"-o {option}: {error}") from None
+            raise KitError(f"override {option!r}: {error}") from None
     return raw
 
 
