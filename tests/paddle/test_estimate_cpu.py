@@ -1,5 +1,6 @@
 """`vramtune estimate` on real Paddle (CPU, fp32): the tiny Llama estimated from probes at depth 1 and 2 against
-probes of the whole model (recompute's saving from depth 2 and 3), with and without recompute, and with data parallel's buffers measured at 2 ranks."""
+probes of the whole model (recompute's saving from depth 2 and 3), with none, half or every layer recomputed, and
+with data parallel's buffers measured at 2 ranks."""
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def row(report: dict, **where) -> dict:
 def test_the_estimate_from_two_shallow_copies_matches_the_whole_models_peak(cli, llama_arguments):
     report = estimated(cli, llama_arguments)
     assert report["depth_probed"] == "depth 1, 2, 3 of 4" and report["counts"]["layers"] == 4
-    for blocks, flags in ((0, ()), (4, ("--recompute", 4))):
+    for blocks, flags in ((0, ()), (2, ("--recompute", 2)), (4, ("--recompute", 4))):  # part of the layers too
         predicted = row(report, precision="fp32", micro_batch=8, recomputed_blocks=blocks)
         actual = measured_peak(cli, llama_arguments, *flags)
         assert predicted["peak_bytes"] == pytest.approx(actual, rel=0.03), (blocks, predicted, actual)

@@ -51,8 +51,8 @@ class Factors:
 class ActivationFit:
     """fp32 activations on the CPU: max(floor, a0 + m (b0 + b1 d)) over depth d and micro-batch m, where the floor is a
     transient the size of no activation (the embedding's gradient, an optimizer temporary) that sets small steps'
-    peaks; recomputing every layer saves m (s0 + s1 d). width_scale < 1 when the probes were narrower than the model
-    (the per-layer terms scale back)."""
+    peaks; recomputing every layer saves m (s0 + s1 d), the first r of them m min(s1 r, s0 + s1 d). width_scale < 1
+    when the probes were narrower than the model (the per-layer terms scale back)."""
 
     a0: float
     b0: float
@@ -67,7 +67,10 @@ class ActivationFit:
         per_layer, saving = self.b1 / self.width_scale, self.s1 / self.width_scale
         full = self.a0 + micro_batch * (self.b0 + per_layer * layers)
         if recomputed and layers:
-            full -= micro_batch * (self.s0 + saving * layers) * recomputed / layers
+            every = self.s0 + saving * layers
+            # the first r layers recomputed: backward rebuilds them once the later layers' activations are gone, so
+            # the rebuilding (s0) costs nothing beside them until it is all that is left
+            full -= micro_batch * (every if recomputed >= layers else min(saving * recomputed, every))
         return max(self.floor, full)
 
     @classmethod
