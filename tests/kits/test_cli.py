@@ -1,0 +1,51 @@
+"""The kit dialects through the CLI over a fake device (no Paddle): the kit's overrides, the search's choice written
+back into the user's own config, what apply says, and bad input."""
+from __future__ import annotations
+
+import kit_client as client
+import pytest
+import yaml
+from fakes import FakeDevice, MiB
+from test_paddleclas import diff
+
+OCR, CLAS = client.kit("PaddleOCR"), client.kit("PaddleClas")
+MOBILE = "configs/rec/PP-OCRv5/PP-OCRv5_mobile_rec.yml"
+VIT = "ppcls/configs/ImageNet/VisionTransformer/ViT_base_patch16_224.yaml"
+
+
+@pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
+def test_apply_moves_the_anchored_first_bs_and_says_what_the_kit_cannot_do(fake_cli, tmp_path):
+    cli, backend = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    out = tmp_path / "rec.yml"
+    code, _, stderr = cli("apply", OCR / MOBILE, "--device", "cpu", "--budget", "35MiB", "-o", out,
+                          "-O", "Train.sampler.first_bs=8")
+    assert code == 0, stderr
+    assert backend.jobs[0].model["options"] == ["Train.sampler.first_bs=8"]
+    assert diff(OCR / MOBILE, out) == ["-    first_bs: &bs 128", "+    first_bs: &bs 4"]
+    assert yaml.safe_load(out.read_text())["Train"]["loader"]["batch_size_per_card"] == 4
+    said = " ".join(stderr.split())
+    assert "Train.loader.batch_size_per_card changed too: they alias an anchored key that was tuned" in said
+    assert "the effective batch falls from 8 to 4 per card" in said and "x0.5 here" in said
+    assert "-o Train.sampler.first_bs=8: tuned in the file now" in said
+    assert f"cd {OCR} && python tools/train.py -c TUNED_FILE" in said
+
+
+@pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
+def test_paddleclas_keeps_its_effective_batch_with_update_freq(fake_cli, tmp_path):
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    out = tmp_path / "vit.yaml"
+    code, _, stderr = cli("apply", CLAS / VIT, "--device", "cpu", "--budget", "35MiB", "-o", out,
+                          "-O", "DataLoader.Train.sampler.batch_size=8", "-O", "Global.epochs=1")
+    assert code == 0, stderr
+    assert diff(CLAS / VIT, out) == ["+  update_freq: 2", "-      batch_size: 64", "+      batch_size: 4"]
+    assert "python tools/train.py -c TUNED_FILE -o Global.epochs=1" in " ".join(stderr.split())
+
+
+@pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
+def test_bad_overrides_and_formats_are_bad_input(fake_cli, tmp_path):
+    cli, backend = fake_cli(FakeDevice())
+    code, _, stderr = cli("probe", CLAS / VIT, "--budget", "1GiB", "-O", "Global.epochs")
+    assert code == 2 and "override 'Global.epochs': must be Key=value" in stderr
+    code, _, stderr = cli("apply", CLAS / VIT, "--budget", "1GiB", "--format", "yaml", "-o", tmp_path / "x.yaml")
+    assert code == 2 and "--format kit writes a kit's config back" in " ".join(stderr.split())
+    assert not backend.jobs
