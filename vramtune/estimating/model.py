@@ -68,9 +68,13 @@ class ActivationFit:
         full = self.a0 + micro_batch * (self.b0 + per_layer * layers)
         if recomputed and layers:
             every = self.s0 + saving * layers
-            # the first r layers recomputed: backward rebuilds them once the later layers' activations are gone, so
-            # the rebuilding (s0) costs nothing beside them until it is all that is left
-            full -= micro_batch * (every if recomputed >= layers else min(saving * recomputed, every))
+            if recomputed >= layers:
+                part = every
+            elif saving:  # the first r layers: rebuilt once the later layers' activations are gone (s0 not beside)
+                part = min(saving * recomputed, every)
+            else:  # one depth probed (the whole model): the per-layer saving is not known apart, its share linear
+                part = every * recomputed / layers
+            full -= micro_batch * part
         return max(self.floor, full)
 
     @classmethod
