@@ -96,7 +96,7 @@ def test_apply_force_on_a_tuned_file_replaces_its_tuned_section(tuned_file, cli,
 def test_paddlenlp_export_loads_with_pdargumentparser_as_it_is(tuned_file, cli):
     """Whatever CPU timing chose: the file loads as it is, and says a configuration that was measured and fits. The
     MLP's blocks recompute through vramtune's wrapper, which no TrainingArguments key switches on, so a choice with
-    recompute is exported as the fastest measured one without (tests/paddle/test_export.py fixes that case)."""
+    recompute is exported as the fastest measured one without (tests/paddle/test_export_loads.py fixes that case)."""
     import scipy  # noqa: F401  on Paddle 2.6, scipy before paddle
     from paddlenlp.trainer import PdArgumentParser, TrainingArguments
 
