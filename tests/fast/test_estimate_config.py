@@ -63,7 +63,7 @@ predicted per-rank peaks within 22.8 GiB
 note: sequence length 4096: max_seq_len (packing fills every row to it)
 note: counted (exact, from config.json as PaddleFormers builds the model): every parameter; LoRA r=8 on PaddleFormers' target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments, fp32 gradients with amp_master_grad)
 note: measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and width, and of the logits
-note: assumed: AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%, flashmask attention keeps no [s, s] tensor
+note: assumed (stated): AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%, flashmask attention keeps no [s, s] tensor
 note: qwen3: the coefficients of PaddleFormers' ERNIE-4.5 (fused projections) are assumed (its code needs paddlefleet, not on PyPI: it cannot be built here)
 predicted best, LoRA (asked): bf16-o2, micro-batch 1 x accumulation 8, recompute 36/36; peak 21.8 GiB of 22.8 GiB
   what fills it: weights 15.3 GiB, gradients 69.8 MiB, optimizer state 209.2 MiB, activations 4.6 GiB, allocator reserve 1.6 GiB
@@ -176,3 +176,22 @@ def test_recompute_levels_are_those_the_models_code_honours(fake_cli, tmp_path):
         report = json.loads(out)
         levels[name] = [sorted({r["recomputed_blocks"] for r in report[f]["rows"]}) for f in ("LoRA", "full")]
     assert levels == {"ernie-4.5-21b-a3b": [[0, 27], [0, 28]], "qwen3-8b": [[0, 9, 18, 27, 36]] * 2}
+
+
+def test_a_gpu_runs_probes_calibrate_the_factors_here_too(fake_cli, qwen3_8b, write_spec):
+    """--calibrate: a `probe --json` report from a GPU replaces the stated AMP and allocator factors (here a fake
+    GPU's: its allocator reserves 10% beyond the peak)."""
+    from conftest import mlp_spec
+
+    gpu = FakeDevice(kind="gpu", name="fake A100", card_bytes=2**30, fixed=32 * 2**20, per_sample=2**18,
+                     amp_factor=0.6, o2_factor=0.45, fragmentation=0.1, blocks=6)
+    cli, _ = fake_cli(gpu)
+    code, out, err = cli("probe", write_spec(mlp_spec(device="gpu", budget="256MiB"), "gpu.yaml"), "--json")
+    assert code == 0, err
+    (qwen3_8b / "gpu.json").write_text(out)
+    code, out, err = cli("estimate", qwen3_8b / "sft_lora.yaml", "--card", "80GiB", "--calibrate",
+                         qwen3_8b / "gpu.json", "--json")
+    assert code == 0, err
+    factors = json.loads(out)["factors"]
+    assert factors["source"].startswith("calibrated from ") and factors["fragmentation"] == pytest.approx(0.1, abs=0.01)
+    assert "note: assumed (calibrated from " in err

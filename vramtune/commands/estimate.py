@@ -14,6 +14,7 @@ from vramtune.estimating.answer import answer
 from vramtune.estimating.answer_render import render_answer
 from vramtune.estimating.asking import question
 from vramtune.estimating.run import estimate, gpu_probes
+from vramtune.records import ProbeResult
 from vramtune.runner import Backend
 from vramtune.spec import Problem, SpecError
 from vramtune.store import StoreError
@@ -25,6 +26,16 @@ def _size(flag: str, value: str, path: Path) -> int:
         return parse_size(int(value) if value.isdigit() else value)
     except SizeError as error:
         raise SpecError([Problem(str(path), flag, str(error))]) from None
+
+
+def _calibration(path: Path) -> list[ProbeResult]:
+    from vramtune.report import Report
+    from vramtune.spec import read_yaml
+
+    try:
+        return gpu_probes(Report.from_json(read_yaml(path)))
+    except (KeyError, TypeError, ValueError) as error:
+        raise StoreError(f"--calibrate {path}: {error}") from None
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
@@ -50,23 +61,15 @@ def register(app: typer.Typer, backend: Backend) -> None:
         model folder, a config.json or a PaddleFormers config: counted from the sizes, no probe)."""
         card_bytes = _size("--card", card, spec_path)
         budget_bytes = _size("--budget", budget, spec_path) if budget else None
+        probes = _calibration(calibration) if calibration is not None else None
         asked = question(spec_path, seq_len, batch, devices)
         if asked is not None:
-            result = answer(asked, budget_bytes or card_bytes)
+            result = answer(asked, budget_bytes or card_bytes, calibration=probes)
             render_answer(result)
             if json_output:
                 render.emit_json(result.to_json())
             raise typer.Exit(common.EXIT_OK if result.fits else common.EXIT_NO_FIT)
         spec = common.load(spec_path, {"devices": devices} if devices else None)
-        probes = None
-        if calibration is not None:
-            from vramtune.report import Report
-            from vramtune.spec import read_yaml
-
-            try:
-                probes = gpu_probes(Report.from_json(read_yaml(calibration)))
-            except (KeyError, TypeError, ValueError) as error:
-                raise StoreError(f"--calibrate {calibration}: {error}") from None
         result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
         render.render_estimate(result)
         if json_output:

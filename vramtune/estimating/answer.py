@@ -13,8 +13,9 @@ from vramtune.estimating.analytic import activations
 from vramtune.estimating.architecture import Architecture, architecture, count
 from vramtune.estimating.model import Counts, Factors, Row, row
 from vramtune.estimating.model import recompute_levels as recompute_quarters
+from vramtune.estimating.run import calibrated
 from vramtune.mechanisms.precision import level_of
-from vramtune.records import Budget
+from vramtune.records import Budget, ProbeResult
 
 FINE_TUNINGS = ("LoRA", "full")
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
@@ -53,6 +54,7 @@ class Answer:
     active: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    factors: Factors = field(default_factory=Factors)
 
     def best(self, fine_tuning: str) -> Row | None:
         fitting = [r for r in self.rows[fine_tuning] if r.fits]
@@ -70,7 +72,7 @@ class Answer:
                 "seq_len": q.seq_len, "batch": q.batch,
                 "devices": q.devices, "budget_bytes": self.budget.bytes, "limit_bytes": int(self.budget.limit),
                 "attention": q.attention, "asked": q.fine_tuning, "active_params": self.active,
-                "seconds": round(self.seconds, 3), "notes": self.notes,
+                "seconds": round(self.seconds, 3), "notes": self.notes, "factors": vars(self.factors),
                 **{f: {"counts": vars(self.counts[f]), "rows": [r.to_json() for r in self.rows[f]],
                        "best": ({**b.to_json(), "keys": file_keys(b, f, self.arch, q)} if (b := self.best(f))
                                 else None)} for f in FINE_TUNINGS}}
@@ -109,18 +111,23 @@ def micro_batches(batch: int) -> list[int]:
     return [m for m in (2**i for i in range(batch.bit_length())) if batch % m == 0]
 
 
-def answer(question: Question, card_bytes: int, headroom: float = 0.05) -> Answer:
+def answer(question: Question, card_bytes: int, headroom: float = 0.05,
+           calibration: list[ProbeResult] | None = None) -> Answer:
+    """Every strategy's per-rank peak, with the stated factors or factors calibrated from a GPU run's probes of
+    this model (the fine-tuning asked; LoRA for a bare model)."""
     start = time.monotonic()
     arch = architecture(question.config)
     fit = activations(arch, question.seq_len, question.attention in FLASH)
     budget = Budget(card_bytes, headroom)
-    factors = Factors()
     stages = [0, 1, 2, 3] if question.devices > 1 else [0]
-    counts, rows = {}, {}
+    counts = {}
     for fine_tuning in FINE_TUNINGS:
         counted = count(arch, question.lora_rank if fine_tuning == "LoRA" else None)
         counts[fine_tuning] = Counts(counted.params, counted.trainable, matmul=counted.matmul, layers=arch.layers,
                                      shape={"hidden_size": arch.hidden, "num_hidden_layers": arch.layers})
+    factors = calibrated(calibration, counts[question.fine_tuning or "LoRA"], fit) if calibration else Factors()
+    rows: dict[str, list[Row]] = {}
+    for fine_tuning in FINE_TUNINGS:
         rows[fine_tuning] = []
         for precision in precisions(question.compute_type):
             for stage in stages:
@@ -134,7 +141,7 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05) -> Answe
                         rows[fine_tuning].append(predicted)
     active = count(arch).active
     return Answer(question, arch, budget, counts, rows, active, time.monotonic() - start,
-                  _notes(question, arch, factors))
+                  _notes(question, arch, factors), factors=factors)
 
 
 def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str]:
@@ -147,8 +154,8 @@ def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str
         "measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and "
         "width, and of the logits" + (f"; only the top-{arch.moe.top_k} routed experts hold activations"
                                       if arch.moe else ""),
-        f"assumed: AMP O1 activations x{factors.o1_activations:g} of fp32's, O2 x{factors.o2_activations:g}, the GPU "
-        f"allocator's reserve +{factors.fragmentation:.0%}"
+        f"assumed ({factors.source}): AMP O1 activations x{factors.o1_activations:g} of fp32's, O2 "
+        f"x{factors.o2_activations:g}, the GPU allocator's reserve +{factors.fragmentation:.0%}"
         + (f", {question.attention} attention keeps no [s, s] tensor" if flash else "")
         + (", each routed copy of a token's input and output in an MoE layer" if arch.moe else "")
         + (", data parallel's gradient buffers x1.00 of the gradients (no sharding)" if question.devices > 1 else ""),
