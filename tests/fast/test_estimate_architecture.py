@@ -50,6 +50,14 @@ def test_ernie_45_21b_a3b_shared_experts_tied_embeddings_and_paddleformers_mtp_l
     assert total.trainable == total.params - 27 * 64  # the aux-free routers' score corrections are not trained
 
 
+def test_ernie_45_03b_dense_wider_attention_than_hidden():
+    """baidu/ERNIE-4.5-0.3B: 0.36B parameters (its model card); 16 heads of 128 (2048 wide over a 1024 hidden size),
+    fused q/k/v, tied embeddings."""
+    arch, total = counted("ernie-4.5-0.3b")
+    assert (arch.fused, arch.tied, arch.heads * arch.head_dim) == (True, True, 2048)
+    assert total.params == 360_748_032 and round(total.params / 1e9, 2) == 0.36
+
+
 def test_deepseek_v2_lite_latent_attention_and_first_dense_layer():
     """deepseek-ai/DeepSeek-V2-Lite: 15.7B in all, 2.4B activated (its model card: the input embedding's lookup
     is not counted as activated, the head is)."""

@@ -1,13 +1,13 @@
 """The config.json count against the model PaddleFormers builds (lazily: no memory) where its code imports here
 (Llama, ERNIE-4.5, ERNIE-4.5-MoE): every parameter, the trained ones, and LoRA's as PaddleFormers' SFT workflow
-applies it (its own target modules per model type). Exact equality."""
+applies it (its own target modules per model type), tiny ones and the real ERNIE-4.5-0.3B. Exact equality."""
 from __future__ import annotations
 
 import json
 import math
 
 import pytest
-from conftest import needs_paddleformers
+from conftest import SPECS, needs_paddleformers
 
 from vramtune.estimating.architecture import LORA_TARGETS, architecture, count
 
@@ -26,6 +26,9 @@ TINY = {
                      "moe_num_shared_experts": 2, "moe_k": 2, "moe_layer_start_index": 1, "moe_layer_end_index": 3,
                      "moe_layer_interval": 2, "vocab_size": 1000, "moe_use_aux_free": True, "rms_norm_eps": 1e-5},
 }
+
+
+TINY["ernie4_5 0.3B"] = json.loads((SPECS / "configs" / "ernie-4.5-0.3b.json").read_text())  # the real one
 
 
 def built(config: dict, tmp_path, lora_rank: int | None) -> tuple[int, int, list[str]]:
@@ -52,4 +55,4 @@ def test_the_config_count_equals_the_model_paddleformers_builds(model_type, lora
     params, trainable, targets = built(TINY[model_type], tmp_path, lora_rank)
     counted = count(architecture(TINY[model_type]), lora_rank)
     assert (counted.params, counted.trainable) == (params, trainable)
-    assert tuple(targets) == LORA_TARGETS[model_type]  # the patterns vramtune matches are PaddleFormers' own
+    assert tuple(targets) == LORA_TARGETS[TINY[model_type]["model_type"]]  # vramtune matches PaddleFormers' own
