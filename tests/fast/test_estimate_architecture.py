@@ -70,6 +70,16 @@ def test_deepseek_v2_lite_latent_attention_and_first_dense_layer():
     assert lora.lora_targets == 27 * 4 + 3
 
 
+def test_deepseek_v3_latent_attention_with_query_compression_and_aux_free_routers():
+    """deepseek-ai/DeepSeek-V3: 671B in all, 37B activated (its model card; the multi-token-prediction module's
+    14B apart, which this count leaves out for DeepSeek: PaddleFormers' deepseek_v3 needs paddlefleet)."""
+    arch, total = counted("deepseek-v3")
+    assert arch.mla["q_lora_rank"] == 1536 and arch.moe.router_bias and arch.mtp_layers == 0
+    assert total.params == 671_026_419_200 and round(total.params / 1e9) == 671
+    assert round(total.active / 1e9, 1) == 37.6  # "37B"
+    assert total.trainable == total.params - 58 * 256  # the score corrections are not trained
+
+
 @pytest.mark.parametrize("config, message", [
     ({"hidden_size": 8}, "model_type: is required (which architecture the sizes describe)"),
     ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": "2", "vocab_size": 9},
