@@ -186,7 +186,7 @@ def spec_from_config(config: dict[str, Any], file: str) -> tuple[dict[str, Any],
     learning_rate = section.get("learning_rate", float, 5.0e-5, check=positive())
     max_grad_norm = section.get("max_grad_norm", float, TRAINER_MAX_GRAD_NORM)
     optim = section.get("optim", str, "adamw")
-    if optim not in ("adamw", "adamw_mini"):
+    if optim != "adamw":
         section.fail("optim", f"{optim!r} is not measured by vramtune: tune with optim: adamw")
     for key, value in config.items():
         why = keys.refusal(key, value)

@@ -79,6 +79,9 @@ class Formers(Source):
 
     def notes(self, settings: FormersModel, device_kind: str) -> list[str]:
         notes = [settings.seq_note]
+        if settings.arguments.get("continue_training", True):
+            notes.append("continue_training: the workflow loads the folder's weights; probes build the same model with "
+                         "random weights (the same bytes; weights are never read)")
         if device_kind == "cpu":
             changed = cpu_equivalents(settings.arguments)
             if changed:
