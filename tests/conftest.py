@@ -1,12 +1,14 @@
 """Shared fixtures: a hermetic CLI runner, a private results cache, and paths to the shipped configs."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,14 @@ needs_paddleformers = pytest.mark.skipif(importlib.util.find_spec("paddleformers
                                                 "where make test runs this")
 
 
+def paddle_version() -> str:
+    """The installed Paddle's version (the CPU or the GPU wheel), read without importing Paddle."""
+    for name in ("paddlepaddle", "paddlepaddle-gpu"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return metadata.version(name)
+    return ""
+
+
 @functools.cache
 def gpu_present() -> bool:
     """Whether Paddle here sees a GPU (asked in a child: the test process never imports Paddle for this)."""
@@ -53,6 +63,27 @@ def private_cache(tmp_path, monkeypatch):
     paths = [str(CONFIGS), str(FAULTS), os.environ.get("PYTHONPATH")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def steady_speed(monkeypatch):
+    """Timing taken out of a real search run through the in-process `cli`: every measured throughput is replaced by
+    a fixed model of a quiet CPU (each recomputed block costs 5%; micro-batch, accumulation and to_static change
+    nothing, so ties go to the simpler configuration). Peaks stay measured: only which configuration wins no longer
+    depends on the machine's load."""
+    import dataclasses
+
+    from vramtune import runner
+
+    measured = runner.result_from
+
+    def steady(job, outcome, seconds):
+        result = measured(job, outcome, seconds)
+        if not result.samples_per_sec:
+            return result
+        speed = 1000.0 * (1 - 0.05 * result.strategy.recomputed_blocks)
+        return dataclasses.replace(result, samples_per_sec=speed, step_seconds=result.strategy.batch / speed)
+    monkeypatch.setattr(runner, "result_from", steady)
 
 
 def invoker(application):

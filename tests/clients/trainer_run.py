@@ -9,7 +9,7 @@ tuning and then LoRA wrap the model (LoRA: the script's Llama target modules, al
 every other key is a TrainingArguments field, parsed by PdArgumentParser. With do_eval, the Trainer then evaluates
 two batches of per_device_eval_batch_size, keeping argmax predictions as the llm scripts' CausalLMTrainer does. Prints one JSON line: the peak allocated bytes of the steps
 after the first optimizer step (when the optimizer state exists), and of the evaluation, read from Paddle's
-allocator counters.
+allocator counters (on Paddle 2.6, which cannot reset them, the process's peak; no evaluation peak of its own).
 """
 from __future__ import annotations
 
@@ -56,14 +56,19 @@ class ArgmaxTrainer(Trainer):
         return loss, logits, labels
 
 
+# Paddle 2.6 cannot reset the peak: there every peak is the process's since it started (as vramtune's probes are
+# on 2.6), and evaluation's cannot be told apart from training's.
+RESETS = hasattr(core, "host_memory_stat_reset_peak_value")
+
+
 class Peak(TrainerCallback):
-    """Reset the allocator's peak after the first optimizer step, read it after the last."""
+    """Reset the allocator's peak after the first optimizer step (where Paddle can), read it after the last."""
 
     def __init__(self) -> None:
         self.peak = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == 1:
+        if state.global_step == 1 and RESETS:
             core.host_memory_stat_reset_peak_value("Allocated", 0)
         if state.global_step == args.max_steps:
             self.peak = int(core.host_memory_stat_peak_value("Allocated", 0))
@@ -86,6 +91,12 @@ def main() -> None:
         json.dump(arguments, handle)
     (training,) = PdArgumentParser(TrainingArguments).parse_json_file(os.path.join(folder, "args.json"))
     paddle.set_device(training.device)
+    if training.recompute:
+        # CPU stands in for a GPU here: Paddle 2.6 cannot keep the RNG state in recompute on CPU (it raises), so the
+        # model recomputes without it, as vramtune's probe does there (on a GPU, and on Paddle 3, nothing changes).
+        from vramtune.child.native_recompute import recompute_without_rng_state_where_it_cannot_be_kept
+
+        recompute_without_rng_state_where_it_cannot_be_kept()
 
     config = AutoConfig.from_pretrained(model_args["model_name_or_path"])
     for key in ("recompute_granularity", "no_recompute_layers"):  # as the llm scripts copy ModelArgument fields
@@ -118,11 +129,13 @@ def main() -> None:
     trainer.train()
     eval_peak = None
     if evaluates:  # after training: the weights, zeroed gradients and optimizer state are resident, as mid-training
-        core.host_memory_stat_reset_peak_value("Allocated", 0)
+        if RESETS:
+            core.host_memory_stat_reset_peak_value("Allocated", 0)
         trainer.evaluate(RandomData(2 * training.per_device_eval_batch_size, model_args["max_length"],
                                     config.vocab_size, None if causal else config.num_labels))
-        eval_peak = int(core.host_memory_stat_peak_value("Allocated", 0))
+        eval_peak = int(core.host_memory_stat_peak_value("Allocated", 0)) if RESETS else None
     print(json.dumps({"peak_bytes": peak.peak, "eval_peak_bytes": eval_peak,
+                      "whole_run_peak_bytes": int(core.host_memory_stat_peak_value("Allocated", 0)),
                       "micro_batch": training.per_device_train_batch_size,
                       "accumulation": training.gradient_accumulation_steps, "recompute": training.recompute}))
 
