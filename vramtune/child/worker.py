@@ -96,7 +96,7 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
 
 def warm_up(job: ProbeJob, prepared: Any, loss_fn: Any, batch: Any) -> tuple[list[float], bool]:
     """Step until the optimizer's state exists (bounded): GradScaler skips steps while gradients are not finite.
-    A warmup step is one micro-batch and the optimizer step (what the measured steps then hold is the same)."""
+    A warmup step is a step's last two micro-batches and the optimizer step (StepRunner.warmup_step)."""
     from vramtune.child.training import optimizer_state_ready
 
     losses: list[float] = []
