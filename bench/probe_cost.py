@@ -103,15 +103,15 @@ def main() -> None:
         phases = {name: statistics.median(r["phases"].get(name, 0.0) for r in runs) for name in runs[0]["phases"]}
         print(f"\n{variant}: median seconds per phase, summed over a run's probes: "
               + ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items()))
-    peaks: dict[str, set] = {}
-    for runs in rows.values():
+    peaks: dict[str, dict[str, list]] = {}
+    for variant, runs in rows.items():
         for run in runs:
             for strategy, peak in run["peaks"].items():
-                peaks.setdefault(strategy, set()).add(peak)
-    differing = {strategy: sorted(values) for strategy, values in peaks.items() if len(values) > 1}
+                peaks.setdefault(strategy, {}).setdefault(variant, []).append(peak)
+    differing = {strategy: by_variant for strategy, by_variant in peaks.items()
+                 if len({peak for values in by_variant.values() for peak in values}) > 1}
     print(f"\npeaks of the {len(peaks)} configurations measured: "
-          + ("the same to the byte in every run" if not differing else f"DIFFER: {differing}"))
-
+          + ("the same to the byte in every run" if not differing else f"DIFFER (bytes by variant): {differing}"))
 
 if __name__ == "__main__":
     main()
