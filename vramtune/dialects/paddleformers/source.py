@@ -29,6 +29,7 @@ from vramtune.sources.base import BuildError, BuiltModel, Source
 RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
 # imports that need paddlefleet (not on PyPI): the architectures PaddleFormers 1.2 builds through it
 FLEET_HINT = "paddlefleet"
+SCRATCH = "vramtune-formers-output"  # the output_dir a probe parses with (nothing is written there)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def probe_arguments(settings: FormersModel, device_kind: str) -> dict[str, Any]:
     """The file's arguments as a probe parses them: the model folder absolute, the recompute keys left to the
     search, CPU equivalents on CPU, outputs in a scratch folder."""
     arguments = {key: value for key, value in settings.arguments.items() if key not in RECOMPUTE_KEYS}
-    arguments.update(model_name_or_path=settings.folder, output_dir=tempfile.mkdtemp(prefix="vramtune-formers-"),
+    arguments.update(model_name_or_path=settings.folder, output_dir=str(Path(tempfile.gettempdir()) / SCRATCH),
                      logging_dir=None, do_train=True)
     if device_kind == "cpu":
         arguments.update(cpu_equivalents(settings.arguments), device="cpu", amp_master_grad=False)
