@@ -58,7 +58,10 @@ def test_llama_arguments_file_probe_apply_and_the_trainer_peaks_as_measured(cli,
     assert abs(measured["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (measured, chosen)
 
 
-def test_llama_partial_recompute_exports_no_recompute_layers_the_trainer_reproduces(cli, tmp_path, monkeypatch):
+def test_llama_partial_recompute_exports_no_recompute_layers_the_trainer_reproduces(cli, tmp_path, monkeypatch,
+                                                                                   steady_speed):
+    """Partial and full recompute both fit; which is faster is CPU timing (under load the search chose all 4
+    blocks): steady_speed takes timing out, so the least recompute that fits wins, as on a quiet machine."""
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-llama")
     tuned_path, chosen = tune(cli, path, "--budget", "100MiB", "--max-accumulation", "2")
@@ -81,7 +84,8 @@ def test_bert_sequence_classification_peaks_as_measured(cli, tmp_path, monkeypat
 def test_gpt_recompute_is_exported_as_a_granularity_that_really_recomputes(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-gpt", max_length=128, per_device_train_batch_size=16)
-    tuned_path, chosen = tune(cli, path, "--budget", "60MiB", "--max-accumulation", "1")
+    # Paddle 2.6.2: plain 82 MiB, every layer's core attention recomputed 64 MiB: only the latter fits
+    tuned_path, chosen = tune(cli, path, "--budget", "72MiB", "--max-accumulation", "1")
     tuned = json.loads(tuned_path.read_text())
     assert chosen["recomputed_blocks"] == 4 and tuned["recompute"] is True
     assert tuned["recompute_granularity"] == "core_attn"  # "full" recomputes nothing in PaddleNLP 2.8.1's GPT
@@ -143,7 +147,8 @@ def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budg
     report = json.loads(out)
     chosen, limit = report["chosen"], report["limit_bytes"]
     assert chosen["eval_requested"] == 32 and 1 <= chosen["eval_batch"] < 32
-    assert int(chosen["eval_peaks"][str(chosen["eval_batch"] + 1)]) > limit  # one more does not fit
+    larger = min(int(batch) for batch in chosen["eval_peaks"] if int(batch) > chosen["eval_batch"])
+    assert int(chosen["eval_peaks"][str(larger)]) > limit  # the next one measured does not fit
     assert f"evaluation at batch {chosen['eval_batch']} (lowered from 32: larger ones do not fit)" in err
     tuned_path, _ = tune(cli, path, "--budget", "120MiB")
     tuned = json.loads(tuned_path.read_text())
@@ -151,5 +156,9 @@ def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budg
     trainer = trainer_peak(tuned_path, tmp_path)
     eval_peak = chosen["eval_peaks"][str(chosen["eval_batch"])]
     assert abs(trainer["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (trainer, chosen)
-    assert abs(trainer["eval_peak_bytes"] - eval_peak) <= 0.05 * eval_peak, (trainer, eval_peak)
-    assert max(trainer["peak_bytes"], trainer["eval_peak_bytes"]) <= limit
+    if trainer["eval_peak_bytes"] is not None:  # Paddle 3 resets the peak: evaluation's own
+        assert abs(trainer["eval_peak_bytes"] - eval_peak) <= 0.05 * eval_peak, (trainer, eval_peak)
+    else:  # Paddle 2.6 cannot: the run's peak is the larger phase's
+        larger = max(chosen["peak_bytes"], eval_peak)
+        assert abs(trainer["whole_run_peak_bytes"] - larger) <= 0.05 * larger, (trainer, chosen, eval_peak)
+    assert max(trainer["peak_bytes"], trainer["whole_run_peak_bytes"]) <= limit
