@@ -68,14 +68,6 @@ class StepRunner:
             total += float(loss)
         return total / self.strategy.accumulation
 
-    def warmup_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> float:
-        """The last micro-batches of a step, at most two, then the optimizer step: afterwards the optimizer's state
-        exists and every kernel a training step runs has run (gradients made, accumulated into, applied) at every
-        shape it uses, as after train_step, at 2/accumulation of its cost."""
-        micro_steps = min(2, self.strategy.accumulation)
-        self.pending = self.strategy.accumulation - micro_steps
-        return sum(float(self.micro_step(loss_fn, batch)[0]) for _ in range(micro_steps)) / micro_steps
-
 
 def make_optimizer(name: str, learning_rate: float, parameters, max_grad_norm: float | None = None
                    ) -> paddle.optimizer.Optimizer:
