@@ -42,7 +42,8 @@ def test_with_no_saved_probe_to_stand_in_the_neighbour_is_measured_once():
     exported = expressible.exported(chosen, [chosen, plain], TRAINER, 1, measure)
     assert asked == [plan("fp32", 1024, 2, 6)] and exported.result.strategy == asked[0] and exported.result.fits
     assert exported.why == "recompute of 4 of 6 blocks needs no_recompute_layers: [4, 5], which this parser does not read"
-    assert exported.note(chosen, "paddlenlp").startswith(
+    assert exported.note(chosen, "paddlenlp", "F").endswith("can say and that fits (for the chosen one: F)")
+    assert exported.note(chosen, "paddlenlp", "F").startswith(
         f"exported fp32 m=1024 k=2 r=6/6 ({exported.result.samples_per_sec:.1f} samples/s) instead of the chosen "
         f"fp32 m=1024 k=2 r=4/6 ({chosen.samples_per_sec:.1f} samples/s): recompute of 4 of 6 blocks needs")
 

@@ -129,6 +129,13 @@ def test_an_llm_models_partial_recompute_is_written_back_as_measured_and_loads_i
         **original, "per_device_train_batch_size": chosen["micro_batch"],
         "gradient_accumulation_steps": chosen["accumulation"], "no_recompute_layers": model.no_recompute_layers}
     assert list(written)[:len(original)] == list(original) and '\n    "warmup_steps": 10' in path.read_text()
+    trainer = tmp_path / "trainer.json"  # the same choice for a Trainer script: every layer, as the search measured
+    code, out, err = cli("apply", spec, "--device", "cpu", "--budget", "40MiB", "--max-accumulation", "2",
+                         "--format", "paddlenlp", "-o", trainer, "--json")
+    assert code == 0 and json.loads(out)["exported"]["recomputed_blocks"] == 6, err
+    assert "(for the chosen one: --format arguments, for PaddleNLP's llm scripts)" in err
+    (args,) = trainer_parser().parse_json_file(str(trainer))
+    assert (args.recompute, args.per_device_train_batch_size) == (True, chosen["micro_batch"])
 
 
 def test_an_llm_models_partial_recompute_for_a_trainer_exports_every_layer_recomputed_as_measured(fake_cli,
@@ -157,5 +164,5 @@ def test_nothing_the_format_can_say_fits_exits_1_and_writes_nothing(fake_cli, wr
     code, _, err = cli("apply", spec, "--format", "paddlenlp", "-o", path)
     assert code == 1 and not path.exists()
     assert err.rstrip().splitlines()[-1].startswith("error: --format paddlenlp: recompute of ")
-    assert err.rstrip().endswith("no measured configuration that the format can say fits the budget; --format yaml "
-                                 "says it (train it with vramtune.runtime)")
+    assert err.rstrip().endswith("no measured configuration that the format can say fits the budget (for the chosen "
+                                 "one: --format yaml, trained with vramtune.runtime)")

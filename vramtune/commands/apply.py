@@ -56,8 +56,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if not result.chosen:
             render.error(f"nothing fits {spec.name} within the budget; see `vramtune probe {spec_path}`")
             raise typer.Exit(common.EXIT_NO_FIT)
-        exported = exported_result(spec_session, result, name)
-        note = exported.note(result.chosen, name)
+        faithful = expressible.faithful_format(export.default_format(spec_path))
+        exported = exported_result(spec_session, result, name, faithful)
+        note = exported.note(result.chosen, name, faithful)
         text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result))
         warnings = ([note] if note else []) + warnings
         for warning in warnings:
@@ -73,7 +74,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
                               "exported_instead_because": exported.why})
 
 
-def exported_result(spec_session: session.Session, report: Report, format_name: str) -> expressible.Exported:
+def exported_result(spec_session: session.Session, report: Report, format_name: str,
+                    faithful: str) -> expressible.Exported:
     """The chosen result, or the nearest measured one the format can say (measuring one more if none fits)."""
     saved = [result.judged(spec_session.budget) for result in spec_session.store.load().values()]
 
@@ -89,5 +91,5 @@ def exported_result(spec_session: session.Session, report: Report, format_name: 
         return expressible.exported(report.chosen, [*report.probes, *saved], export.FORMATS[format_name].ACCEPTED,
                                     floor, measure)
     except expressible.NothingExpressible as error:
-        render.error(f"--format {format_name}: {error}; --format yaml says it (train it with vramtune.runtime)")
+        render.error(f"--format {format_name}: {error} (for the chosen one: {faithful})")
         raise typer.Exit(common.EXIT_NO_FIT) from None

@@ -24,13 +24,20 @@ class Exported:
     result: ProbeResult
     why: str | None = None  # why the chosen configuration was not exported (None: it was)
 
-    def note(self, chosen: ProbeResult, format_name: str) -> str | None:
+    def note(self, chosen: ProbeResult, format_name: str, faithful: str) -> str | None:
+        """What was exported instead of the chosen configuration, and why; `faithful`: how to get the chosen one."""
         if self.why is None:
             return None
         return (f"exported {self.result.label()} ({self.result.samples_per_sec:.1f} samples/s) instead of the "
                 f"chosen {chosen.label()} ({chosen.samples_per_sec:.1f} samples/s): {self.why}; it is the fastest "
                 f"measured configuration that --format {format_name} can say and that fits (for the chosen one: "
-                "--format yaml and vramtune.runtime)")
+                f"{faithful})")
+
+
+def faithful_format(default_format: str) -> str:
+    """Where the chosen configuration can always be said: the spec's own format."""
+    return ("--format yaml, trained with vramtune.runtime" if default_format == "yaml" else
+            f"--format {default_format}, for PaddleNLP's llm scripts")
 
 
 def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str | None:
