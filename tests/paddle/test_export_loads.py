@@ -166,3 +166,13 @@ def test_nothing_the_format_can_say_fits_exits_1_and_writes_nothing(fake_cli, wr
     assert err.rstrip().splitlines()[-1].startswith("error: --format paddlenlp: recompute of ")
     assert err.rstrip().endswith("no measured configuration that the format can say fits the budget (for the chosen "
                                  "one: --format yaml, trained with vramtune.runtime)")
+
+
+def test_the_keys_written_for_a_trainer_are_trainingarguments_fields():
+    import scipy  # noqa: F401
+    from paddlenlp.trainer import TrainingArguments
+
+    from vramtune.export.paddlenlp_args import ACCEPTED
+
+    fields = {field.name for field in dataclasses.fields(TrainingArguments) if field.init}
+    assert not ACCEPTED - fields
