@@ -138,3 +138,13 @@ def test_apply_writes_the_users_file_back_with_only_the_tuned_keys(fake_cli, con
     assert changed == [("per_device_train_batch_size: 8", "per_device_train_batch_size: 4"),
                        ("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2")]
     assert after[:2] == ["# a PaddleFormers 1.x config (paddleformers-cli train)", "### data"]
+
+
+def test_overrides_after_the_file_as_paddleformers_cli_takes_them(fake_cli, config):
+    from fakes import FakeDevice
+
+    invoke, _ = fake_cli(FakeDevice())
+    code, out, err = invoke("probe", config(), "per_device_train_batch_size=2", "gradient_accumulation_steps=3",
+                            "--budget", "64MiB", "--json")
+    assert code == 0, err
+    assert json.loads(out)["target_batch"] == 6

@@ -24,7 +24,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
     @common.exits_cleanly
     @common.mechanism_flags("options")
     def apply(
-        spec_path: Path = common.SpecArg,
+        spec_path: Path = common.SpecArg, trailing: Optional[List[str]] = common.TrailingArg,
         output: Optional[str] = typer.Option(None, "--output", "-o",
                                              help="default: SPEC.tuned.yaml (.tuned.json); - for stdout"),
         format_name: Optional[Format] = typer.Option(None, "--format", help="yaml: the spec + a tuned: section; "
@@ -41,7 +41,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
     ) -> None:
         """Write the tuned configuration (from saved results; probes first if there are none)."""
         name = common.plain(format_name) or export.default_format(spec_path)
-        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, kit_options)
+        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
+                                       [*(kit_options or []), *(trailing or [])])
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:

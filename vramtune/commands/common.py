@@ -31,6 +31,9 @@ BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 1
 DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
                          help="device (overrides the spec)")
 TargetOpt = typer.Option(None, "--target-batch", help="effective batch size (overrides the spec)")
+TrailingArg = typer.Argument(None, metavar="[KEY=VALUE]...", show_default=False,
+                             help="the config's own overrides after the file, as paddleformers-cli train takes them "
+                                  "(the same as -O KEY=VALUE)")
 KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit config's own override (its -o, "
                       "e.g. -O Global.epochs=1); repeat for several")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "

@@ -16,13 +16,15 @@ def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     @common.exits_cleanly
     @common.mechanism_flags("fields")
-    def measure(spec_path: Path = common.SpecArg, json_output: bool = common.JsonOpt,
+    def measure(spec_path: Path = common.SpecArg, trailing: Optional[List[str]] = common.TrailingArg,
+                json_output: bool = common.JsonOpt,
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
                 verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
                 **flags: Any) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit)."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
-        spec = common.load(spec_path, {**common.overrides(budget, device, None, kit_options), **ranks})
+        options = [*(kit_options or []), *(trailing or [])]
+        spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks})
         if flags.get("micro_batch") is None:
             raise SpecError([Problem(str(spec_path), "--micro-batch", "is required")])
         strategy = session.strategy_from_flags(spec, {k: common.plain(v) for k, v in flags.items()})

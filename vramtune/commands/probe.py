@@ -16,14 +16,16 @@ def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     @common.exits_cleanly
     @common.mechanism_flags("options")
-    def probe(spec_path: Path = common.SpecArg, json_output: bool = common.JsonOpt,
+    def probe(spec_path: Path = common.SpecArg, trailing: Optional[List[str]] = common.TrailingArg,
+              json_output: bool = common.JsonOpt,
               budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
               target_batch: Optional[int] = common.TargetOpt,
               fresh: bool = typer.Option(False, "--fresh", help="ignore saved results and probe again"),
               verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
               **flags: Any) -> None:
         """Tune: run the probe ladder and print the fastest configuration that fits."""
-        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, kit_options)
+        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
+                                       [*(kit_options or []), *(trailing or [])])
         spec_session = session.open_session(spec, backend, warn=render.warn)
         render.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
                    f"{spec.train.target_batch} within {render.format_bytes(spec_session.budget.bytes)}")
