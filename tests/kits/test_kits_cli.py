@@ -49,3 +49,17 @@ def test_bad_overrides_and_formats_are_bad_input(fake_cli, tmp_path):
     code, _, stderr = cli("apply", CLAS / VIT, "--budget", "1GiB", "--format", "yaml", "-o", tmp_path / "x.yaml")
     assert code == 2 and "--format kit writes a kit's config back" in " ".join(stderr.split())
     assert not backend.jobs
+
+
+@pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
+def test_a_kit_that_cannot_accumulate_gets_the_largest_batch_that_fits(fake_cli, tmp_path):
+    """Small batches run faster here (as on a CPU): the search chooses one, but PaddleOCR would train it as a
+    smaller effective batch, so apply writes the largest batch measured to fit."""
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB, small_batch_bonus=0.5))
+    out = tmp_path / "rec.yml"
+    code, _, stderr = cli("apply", OCR / MOBILE, "--device", "cpu", "--budget", "35MiB", "-o", out,
+                          "--precision", "fp32", "-O", "Train.sampler.first_bs=8")
+    assert code == 0, stderr
+    said = " ".join(stderr.split())
+    assert "exported batch 4 (measured to fit) instead of the chosen fp32 m=2 k=4" in said
+    assert diff(OCR / MOBILE, out) == ["-    first_bs: &bs 128", "+    first_bs: &bs 4"]

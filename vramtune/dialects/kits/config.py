@@ -36,6 +36,7 @@ class Kit:
     package: str  # the kit's Python package in its checkout (ppcls, ppocr)
     sections: tuple[str, ...]  # top-level keys that, together, mark its training configs
     one_flag: bool = False  # its tools/train.py takes every override after one -o (argparse nargs="+")
+    accumulates: bool = True  # False: a smaller batch is a smaller effective batch (PaddleOCR)
 
     def value(self, text: str) -> Any:
         """A -o value as the kit's tools/train.py reads it."""

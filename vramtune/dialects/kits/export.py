@@ -2,6 +2,7 @@
 comment, the key order and the anchors kept (an anchored batch moves its aliases), and the command that trains it."""
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,29 @@ def command(kit: Any, spec: Any, changed: set[str]) -> str:
             f"{kit.command_options(options)}")
 
 
+def largest_batch(report: Report) -> tuple[Report, list[str]]:
+    """For a kit that cannot accumulate: the largest batch measured to fit (at the chosen precision), since a
+    smaller one is a smaller effective batch there, whatever its speed in the accumulating probe."""
+    chosen = report.chosen
+    assert chosen is not None
+    same = [probe for probe in report.probes if probe.fits and probe.strategy.with_(
+        micro_batch=chosen.strategy.micro_batch, accumulation=chosen.strategy.accumulation) == chosen.strategy]
+    largest = max(same, key=lambda probe: probe.strategy.micro_batch, default=chosen)
+    if largest.strategy.micro_batch <= chosen.strategy.micro_batch:
+        return report, []
+    return dataclasses.replace(report, chosen=largest), [
+        f"exported batch {largest.strategy.micro_batch} (measured to fit) instead of the chosen "
+        f"{chosen.label()}: the kit cannot accumulate, so the largest batch that fits keeps its effective batch "
+        "closest to the config's"]
+
+
 def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     from vramtune.dialects.kits import KITS
 
     kit, text = KITS[spec.source], Path(spec.model.config).read_text(encoding="utf-8")
-    changes, warnings = kit.changes(yaml.safe_load(text), Tuned.of(report))
+    report, warnings = (report, []) if kit.accumulates else largest_batch(report)
+    changes, more = kit.changes(yaml.safe_load(text), Tuned.of(report))
+    warnings += more
     tuned, followers = set_keys(text, changes, "yaml")
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")

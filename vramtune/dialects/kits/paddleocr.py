@@ -121,7 +121,8 @@ class PaddleOCR(Kit):
         return changes, warnings
 
 
-KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True)
+KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True,
+                accumulates=False)
 
 
 def set_head_sizes(config: dict[str, Any], characters: int) -> None:
