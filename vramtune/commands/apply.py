@@ -57,11 +57,12 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if not result.chosen:
             render.error(f"nothing fits {spec.name} within the budget; see `vramtune probe {spec_path}`")
             raise typer.Exit(common.EXIT_NO_FIT)
+        result, preferred = export.prefer(name, spec, result)  # a format's own choice among the fitting results
         faithful = expressible.faithful_format(export.default_format(spec_path))
         exported = exported_result(spec_session, result, name, faithful)
         note = exported.note(result.chosen, name, faithful)
         text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result))
-        warnings = ([note] if note else []) + warnings
+        warnings = preferred + ([note] if note else []) + warnings
         for warning in warnings:
             render.warn(warning)
         if out is None:

@@ -50,6 +50,13 @@ def check_format(format_name: str, spec_path: Path, spec: Any) -> None:
                           "as itself (--format paddleformers), and only it")
 
 
+def prefer(format_name: str, spec: Any, report: Report) -> tuple[Report, list[str]]:
+    """The report with the format's own preferred result as its choice, and why (a format without a preference:
+    the report as it is)."""
+    chooser = getattr(FORMATS[format_name], "prefer", None)
+    return chooser(spec, report) if chooser else (report, [])
+
+
 def render(format_name: str, spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     """The output file's text for `apply`, and any warnings."""
     return FORMATS[format_name].render(spec_path, spec, report)
