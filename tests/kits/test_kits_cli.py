@@ -2,6 +2,8 @@
 back into the user's own config, what apply says, and bad input."""
 from __future__ import annotations
 
+import json
+
 import kit_client as client
 import pytest
 import yaml
@@ -57,9 +59,11 @@ def test_a_kit_that_cannot_accumulate_gets_the_largest_batch_that_fits(fake_cli,
     smaller effective batch, so apply writes the largest batch measured to fit."""
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB, small_batch_bonus=0.5))
     out = tmp_path / "rec.yml"
-    code, _, stderr = cli("apply", OCR / MOBILE, "--device", "cpu", "--budget", "35MiB", "-o", out,
-                          "--precision", "fp32", "-O", "Train.sampler.first_bs=8")
+    code, stdout, stderr = cli("apply", OCR / MOBILE, "--device", "cpu", "--budget", "35MiB", "-o", out, "--json",
+                               "--precision", "fp32", "-O", "Train.sampler.first_bs=8")
     assert code == 0, stderr
     said = " ".join(stderr.split())
     assert "exported batch 4 (measured to fit) instead of the chosen fp32 m=2 k=4" in said
+    answer = json.loads(stdout)
+    assert answer["exported"]["micro_batch"] == answer["chosen"]["micro_batch"] == 4
     assert diff(OCR / MOBILE, out) == ["-    first_bs: &bs 128", "+    first_bs: &bs 4"]

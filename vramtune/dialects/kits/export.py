@@ -34,11 +34,14 @@ def command(kit: Any, spec: Any, changed: set[str]) -> str:
             f"{kit.command_options(options)}")
 
 
-def largest_batch(report: Report) -> tuple[Report, list[str]]:
-    """For a kit that cannot accumulate: the largest batch measured to fit (at the chosen precision), since a
-    smaller one is a smaller effective batch there, whatever its speed in the accumulating probe."""
+def prefer(spec: Any, report: Report) -> tuple[Report, list[str]]:
+    """For a kit that cannot accumulate (PaddleOCR): the largest batch measured to fit at the chosen precision, since
+    a smaller one is a smaller effective batch there, whatever its speed in the accumulating probe."""
+    from vramtune.dialects.kits import KITS
+
     chosen = report.chosen
-    assert chosen is not None
+    if chosen is None or KITS[spec.source].accumulates:
+        return report, []
     same = [probe for probe in report.probes if probe.fits and probe.strategy.with_(
         micro_batch=chosen.strategy.micro_batch, accumulation=chosen.strategy.accumulation) == chosen.strategy]
     largest = max(same, key=lambda probe: probe.strategy.micro_batch, default=chosen)
@@ -54,9 +57,7 @@ def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     from vramtune.dialects.kits import KITS
 
     kit, text = KITS[spec.source], Path(spec.model.config).read_text(encoding="utf-8")
-    report, warnings = (report, []) if kit.accumulates else largest_batch(report)
-    changes, more = kit.changes(yaml.safe_load(text), Tuned.of(report))
-    warnings += more
+    changes, warnings = kit.changes(yaml.safe_load(text), Tuned.of(report))
     tuned, followers = set_keys(text, changes, "yaml")
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
