@@ -24,9 +24,9 @@ from vramtune.records import ProbeJob
 from vramtune.sources import SOURCES
 from vramtune.strategy import Strategy
 
-# the configuration's depth and width, as the estimate shrinks them for its probes
+# the configuration's depth, width and vocabulary, as the estimate shrinks them for its probes
 SHAPE_KEYS = ("num_hidden_layers", "num_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-              "num_key_value_heads")
+              "num_key_value_heads", "vocab_size")
 
 
 @contextlib.contextmanager
