@@ -1,25 +1,31 @@
 """The question asked before the card: Llama-2-7B with LoRA r=8, bf16, seq 2048, on a 24 GiB card. Runs
-`vramtune estimate` on a configuration-only folder (no weights) and reports its wall time and the peak memory of
-every vramtune process together (the CLI, its fork server and probes, polled from /proc).
+`vramtune estimate` on a configuration-only folder (no weights) and reports its wall time, the peak memory of every
+vramtune process together (the CLI, its fork servers and probes, polled from /proc) and the figures.
 
-    python bench/estimate_7b.py [--card 24GiB]
+With --against DIR (a folder holding another `vramtune` package, e.g. `git archive OLD vramtune | tar -x -C DIR`),
+both versions answer in turns, --rounds times each (this one first in odd rounds, the other first in even ones): on a
+shared machine only their ratio means anything.
+
+    python bench/estimate_7b.py [--card 24GiB] [--against DIR --rounds 2]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 LLAMA_2_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
               "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
               "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
               "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-ARGUMENTS = {"model_name_or_path": "./llama-2-7b", "output_dir": "./checkpoints", "per_device_train_batch_size": 16,
+ARGUMENTS = {"model_name_or_path": "./model", "output_dir": "./checkpoints", "per_device_train_batch_size": 16,
              "gradient_accumulation_steps": 1, "max_length": 2048, "lora": True, "lora_rank": 8, "bf16": True,
              "fp16_opt_level": "O2", "learning_rate": 3e-4}
 
@@ -47,19 +53,26 @@ def tree_rss(root: int) -> int:
     return total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--card", default="24GiB")
-    args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="estimate-7b-"))
-    (folder / "llama-2-7b").mkdir()
-    (folder / "llama-2-7b" / "config.json").write_text(json.dumps(LLAMA_2_7B))
-    (folder / "lora.json").write_text(json.dumps(ARGUMENTS))
-    vramtune = Path(sys.executable).with_name("vramtune")
-    start, peak = time.monotonic(), 0
+def _folder(config: dict[str, Any], arguments: dict[str, Any]) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="estimate-bench-"))
+    (folder / "model").mkdir()
+    (folder / "model" / "config.json").write_text(json.dumps(config))
+    (folder / "lora.json").write_text(json.dumps(arguments))
+    return folder
+
+
+def run_estimate(config: dict[str, Any], arguments: dict[str, Any], card: str,
+                 package: Path | None = None) -> dict[str, Any]:
+    """One `vramtune estimate` (this tree's, or the vramtune package in `package`): wall seconds, the process tree's
+    peak RSS and the JSON answer."""
+    folder = _folder(config, arguments)
     env = {**os.environ, "VRAMTUNE_CACHE": str(folder / "cache")}
-    with subprocess.Popen([str(vramtune), "estimate", "lora.json", "--card", args.card, "--json"], cwd=folder,
-                          env=env, stdout=subprocess.PIPE, stderr=sys.stderr, text=True) as process:
+    if package is not None:  # before the editable install's finder (which comes after the path)
+        env["PYTHONPATH"] = str(package)
+    start, peak = time.monotonic(), 0
+    with subprocess.Popen([sys.executable, "-m", "vramtune", "estimate", "lora.json", "--card", card, "--json"],
+                          cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True) as process:
         while process.poll() is None:
             peak = max(peak, tree_rss(process.pid))
             time.sleep(0.2)
@@ -67,12 +80,45 @@ def main() -> None:
     wall = time.monotonic() - start
     if process.returncode:
         sys.exit(f"vramtune estimate failed with exit code {process.returncode}")
-    best = json.loads(out).get("best")
-    answer = (f"{best['precision']} m={best['micro_batch']} k={best['accumulation']} r={best['recomputed_blocks']}, "
-              f"{best['reserved_bytes'] / 2**30:.1f} GiB reserved" if best else "nothing fits")
-    print(f"Llama-2-7B LoRA r=8 bf16 seq 2048 on {args.card}: {wall:.1f} s, {peak / 2**30:.2f} GiB peak RSS of the "
-          f"process tree; predicted best: {answer}")
+    return {"seconds": wall, "peak_rss": peak, "answer": json.loads(out)}
+
+
+def describe(run: dict[str, Any]) -> str:
+    answer = run["answer"]
+    best = answer.get("best")
+    chosen = (f"{best['precision']} m={best['micro_batch']} k={best['accumulation']} r={best['recomputed_blocks']}, "
+              f"{best['reserved_bytes'] / 2**30:.2f} GiB reserved" if best else "nothing fits")
+    return (f"{run['seconds']:.1f} s, {run['peak_rss'] / 2**30:.2f} GiB peak RSS of the process tree, "
+            f"{answer['probes']} probes; predicted best: {chosen}")
+
+
+def largest_difference(one: dict[str, Any], other: dict[str, Any]) -> float:
+    """The largest relative difference between two answers' predicted peaks, row by row."""
+    return max(abs(a["peak_bytes"] - b["peak_bytes"]) / b["peak_bytes"]
+               for a, b in zip(one["answer"]["rows"], other["answer"]["rows"], strict=True))
+
+
+def bench(title: str, config: dict[str, Any], arguments: dict[str, Any]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--card", default="24GiB")
+    parser.add_argument("--against", type=Path, help="a folder holding another vramtune package to compare with")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "other": []}
+    for index in range(args.rounds):
+        order = ["this", "other"] if index % 2 == 0 else ["other", "this"]
+        for name in order if args.against else ["this"]:
+            run = run_estimate(config, arguments, args.card, args.against if name == "other" else None)
+            runs[name].append(run)
+            print(f"{title} on {args.card}, {name}: {describe(run)}", flush=True)
+    if args.against:
+        ratios = [t["seconds"] / o["seconds"] for t, o in zip(runs["this"], runs["other"], strict=True)]
+        print(f"time this/other per round: {', '.join(f'{r:.2f}' for r in ratios)} (median "
+              f"{statistics.median(ratios):.2f}); peak RSS this/other: "
+              f"{max(r['peak_rss'] for r in runs['this']) / max(r['peak_rss'] for r in runs['other']):.2f}; "
+              f"largest difference between the predicted peaks: "
+              f"{max(largest_difference(t, o) for t, o in zip(runs['this'], runs['other'])):.3%}")
 
 
 if __name__ == "__main__":
-    main()
+    bench("Llama-2-7B LoRA r=8 bf16 seq 2048", LLAMA_2_7B, ARGUMENTS)

@@ -2,22 +2,30 @@
 activations are measured on CPU probes of a depth-reduced copy (the same width, sequence length and vocabulary where
 a layer fits this machine, narrower otherwise) and extrapolated in depth and micro-batch; what the CPU cannot show
 comes from stated factors (or factors calibrated from a GPU run's probes). Every probe runs through the same backend
-as `vramtune probe` (isolated children)."""
+as `vramtune probe` (isolated children). They measure memory only, so they run side by side (each its own process
+and peak), and a large vocabulary is probed at a sixteenth: the logits' bytes per vocabulary entry, measured between
+two reduced vocabularies, scale the activations back (linear to the byte on Llama's shapes)."""
 from __future__ import annotations
 
+import copy
+import queue
 import statistics
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, amp_copies, recompute_levels, row
+from vramtune.forking import ForkServer
 from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Report
 from vramtune.runner import DeviceError
-from vramtune.session import job_for, measure_checked, open_session
+from vramtune.search import BuildFailure
+from vramtune.session import job_for, unsupported
 from vramtune.spec import Spec, apply_overrides, spec_from_dict
+from vramtune.store import device_lock_path, file_lock
 from vramtune.strategy import Strategy
 
 PROBE_STATE_CAP = 5 << 28  # a probe's fp32 weights, gradients and AdamW state at its deepest: narrower above this
@@ -27,6 +35,9 @@ RECOMPUTE_DEPTHS = (2, 3)  # recompute's saving from the second on: under LoRA, 
 GROWTH = 1.25  # activations growing less than this from m to 2m: a transient, not activations, sets the peak
 MAX_MICRO_BATCH = 64
 PROBE_BUDGET = 1 << 40  # CPU budgets are virtual: probes are measured, never judged here
+SIDE_BY_SIDE = 2  # probes at once: each is its own process and peak; more would add memory, not answers
+LARGE_LOGITS = 1 << 27  # a sample's fp32 logits (sequence x vocabulary x 4 bytes) from which the vocabulary is reduced
+VOCAB_DIVISOR = 16  # the probes' vocabulary: the model's over this (Llama-2's 32000 -> 2000, Llama-3's 128256 -> 8016)
 Say = Callable[[str], None]
 
 
@@ -81,9 +92,9 @@ def width_scale(counts: Counts, base: Counts) -> float:
     return scale
 
 
-def _probe_spec(spec: Spec, depth: int | None, scale: float, shape: dict[str, Any]) -> Spec:
-    """The spec shrunk for a probe: depth layers (None: as it is), width x scale, on CPU, one warmup and one
-    measured step, no evaluation."""
+def _probe_spec(spec: Spec, depth: int | None, scale: float, shape: dict[str, Any], vocab: int | None = None) -> Spec:
+    """The spec shrunk for a probe: depth layers (None: as it is), width x scale, a vocabulary of `vocab` entries
+    (None: the model's), on CPU, one warmup and one measured step, no evaluation."""
     raw = apply_overrides(spec.raw, {"device": "cpu", "budget": PROBE_BUDGET, "headroom": 0.0, "devices": 1,
                                      "probe.steps": 1, "probe.warmup": 1})
     raw.get("train", {}).pop("evaluation", None)
@@ -95,9 +106,17 @@ def _probe_spec(spec: Spec, depth: int | None, scale: float, shape: dict[str, An
         for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"):
             if shape.get(name):
                 overrides[name] = int(shape[name] * scale)
+    if vocab:
+        overrides["vocab_size"] = vocab
     if overrides:
         raw["model"]["overrides"] = overrides
     return spec_from_dict(raw, spec.path)
+
+
+def probe_vocab(spec: Spec, shape: dict[str, Any]) -> int | None:
+    """The probes' vocabulary where a sample's fp32 logits are large (None: the model's own)."""
+    vocab, seq_len = shape.get("vocab_size") or 0, getattr(spec.model, "seq_len", 0) or 0
+    return vocab // VOCAB_DIVISOR if 4 * seq_len * vocab >= LARGE_LOGITS else None
 
 
 def _measured(result: ProbeResult) -> ProbeResult:
@@ -115,29 +134,76 @@ def _activations(result: ProbeResult) -> float:
 
 
 class _Prober:
-    """The CPU probes of one estimate: the spec shrunk to a depth (and width), every probe counted and said."""
+    """The CPU probes of one estimate: the spec shrunk to a depth (and width, and vocabulary), SIDE_BY_SIDE at once
+    (each backend with a fork server of its own: one server forks one probe at a time); probes may be asked ahead
+    (`ask`), and each is said, in the order they are collected (`probe`), so the output does not depend on timing."""
 
-    def __init__(self, spec: Spec, backend: Any, cpu: Any, scale: float, shape: dict[str, Any], say: Say):
-        self.spec, self.backend, self.cpu, self.scale, self.shape, self.say = spec, backend, cpu, scale, shape, say
+    def __init__(self, spec: Spec, backend: Any, cpu: Any, scale: float, shape: dict[str, Any], vocab: int | None,
+                 say: Say):
+        self.spec, self.cpu, self.scale, self.shape, self.vocab, self.say = spec, cpu, scale, shape, vocab, say
+        self.asked: dict[tuple, Future] = {}
         self.results: dict[tuple, ProbeResult] = {}
+        self.servers: list[ForkServer] = []
+        self.backends: queue.Queue = queue.Queue()
+        for index in range(SIDE_BY_SIDE):
+            self.backends.put(backend if index == 0 else self._twin(backend))
+        self.pool = ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="estimate-probe")
+
+    def _twin(self, backend: Any) -> Any:
+        if not isinstance(getattr(backend, "fork_server", None), ForkServer):
+            return backend
+        twin = copy.copy(backend)
+        twin.fork_server = ForkServer()
+        self.servers.append(twin.fork_server)
+        return twin
 
     @property
     def count(self) -> int:
-        return len(self.results)
+        """The probes that ran (asked ahead and not needed, but started, too)."""
+        return sum(1 for future in self.asked.values() if not future.cancelled())
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for server in self.servers:
+            server.close()
+
+    def ask(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full", devices: int = 1,
+            vocab: int | None = None) -> tuple:
+        """Start a probe (once); returns its key."""
+        vocab = vocab or self.vocab
+        key = (depth, micro, blocks, granularity, devices, vocab)
+        if key not in self.asked:
+            spec = _probe_spec(self.spec, depth, self.scale, self.shape, vocab)
+            strategy = Strategy(micro_batch=micro, recomputed_blocks=blocks, recompute_granularity=granularity,
+                                devices=devices)
+            # the data's shapes are checked once: the depth, width and vocabulary change no shape the data meets
+            self.asked[key] = self.pool.submit(self._measure, spec, strategy, not self.asked)
+        return key
+
+    def _measure(self, spec: Spec, strategy: Strategy, check_sample: bool) -> ProbeResult:
+        budget = Budget(PROBE_BUDGET, 0.0)
+        reason = unsupported(strategy, self.cpu)
+        if reason:
+            return ProbeResult("unsupported", strategy, error=reason, budget_bytes=budget.bytes)
+        backend = self.backends.get()
+        try:
+            job = job_for(spec, strategy, self.cpu, budget)
+            job.check_sample = check_sample
+            return backend.measure(job, spec.probe.timeout, budget).judged(budget)
+        finally:
+            self.backends.put(backend)
 
     def probe(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full",
-              devices: int = 1) -> ProbeResult:
-        key = (depth, micro, blocks, granularity, devices)
+              devices: int = 1, vocab: int | None = None) -> ProbeResult:
+        key = self.ask(depth, micro, blocks, granularity, devices, vocab)
         if key in self.results:
             return self.results[key]
-        session = open_session(_probe_spec(self.spec, depth, self.scale, self.shape), self.backend, self.say,
-                               device=self.cpu, budget_bytes=PROBE_BUDGET)
-        session.shapes_checked = bool(self.results)  # the depth and width change no shape the data meets
-        result = measure_checked(session, Strategy(micro_batch=micro, recomputed_blocks=blocks,
-                                                   recompute_granularity=granularity, devices=devices), self.say)
+        result = self.asked[key].result()
+        if result.error_kind == "build":
+            raise BuildFailure(result.error)
         self.results[key] = result
         self.say(f"  probe depth {depth or 'full'} m={micro}" + (f" recompute {blocks}" if blocks else "")
-                 + (f" on {devices} ranks" if devices > 1 else "")
+                 + (f" on {devices} ranks" if devices > 1 else "") + (f" vocabulary {key[-1]:,}" if key[-1] else "")
                  + f": activations {_activations(result) / 2**20:.1f} MiB ({result.seconds:.1f}s)")
         return result
 
@@ -168,20 +234,41 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
         else "full depth"
     say(f"estimating {spec.name}: {counts.params:,} parameters ({counts.trainable:,} trained) counted without "
         f"allocating them; activations from CPU probes at {probed}" + (f", width x{scale:g}" if scale < 1 else ""))
-    prober = _Prober(spec, backend, cpu, scale, counts.shape, say)
-    plain, recomputed, floor = _probe_activations(prober, depths, recompute_depths, counts,
-                                                  spec.settings["recompute"].enabled)
+    vocab = probe_vocab(spec, counts.shape)
+    prober = _Prober(spec, backend, cpu, scale, counts.shape, vocab, say)
+    try:
+        with file_lock(device_lock_path(cpu), say, f"probing on {cpu.name}"):
+            plain, recomputed, floor = _probe_activations(prober, depths, recompute_depths, counts,
+                                                          spec.settings["recompute"].enabled)
+            logits = _logits_per_entry(prober, depths[0], plain[0][1]) if vocab else 0.0
+            ratio = prober.buffer_ratio(depths[-1], plain[-1][1]) if devices > 1 else 0.0
+    finally:
+        prober.close()
+    if logits:  # every point at the model's vocabulary: the same logits per sample added to each
+        extra = logits * (counts.shape["vocab_size"] - vocab)
+        plain = [(d, m, a + m * extra) for d, m, a in plain]
+        recomputed = [(d, m, a + m * extra) for d, m, a in recomputed]
     if not reduced and recomputed:
         counts.layers = recomputed[0][0]
     fit = ActivationFit.fit(plain, recomputed, scale, floor)
     factors = factors or (calibrated(calibration, counts, fit) if calibration
                           else doctor_factors(card_bytes, cpu.paddle_version) or Factors())
-    ratio = prober.buffer_ratio(depths[-1], plain[-1][1]) if devices > 1 else 0.0
     budget = Budget(budget_bytes or card_bytes, spec.headroom)
     rows = _rows(spec, counts, fit, factors, budget, devices, ratio)
+    notes = _notes(spec, factors, scale, recomputed, ratio)
+    if vocab:
+        notes.append(f"the probes' vocabulary was {vocab:,} of {counts.shape['vocab_size']:,} entries: the logits, "
+                     f"{logits / max(1, getattr(spec.model, 'seq_len', 1)):.2f} bytes per token and vocabulary entry "
+                     f"(measured at {vocab:,} and {2 * vocab:,}), scale the activations back")
     return Estimate(spec.name, card_bytes, budget, devices, counts, fit, factors, rows, probed, scale,
-                    time.monotonic() - start, prober.count, _notes(spec, factors, scale, recomputed, ratio),
-                    buffer_ratio=ratio)
+                    time.monotonic() - start, prober.count, notes, buffer_ratio=ratio)
+
+
+def _logits_per_entry(prober: _Prober, depth: int | None, micro: int) -> float:
+    """Activation bytes per sample and vocabulary entry: the probe at twice the probes' vocabulary over the same."""
+    vocab = prober.vocab or 0
+    more = _activations(prober.probe(depth, micro, vocab=2 * vocab)) - _activations(prober.probe(depth, micro))
+    return more / (vocab * micro)
 
 
 def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
@@ -194,6 +281,14 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     each recompute depth, at the smaller (the larger, doubled while the floor sets the peak, where there is one)."""
     first = depths[0]
     sizes = [1, 2]
+    for depth, micro in [(first, 1), (first, 2), *[(depth, 1) for depth in depths[1:]]]:
+        prober.ask(depth, micro)  # the likely probes, asked ahead: they run side by side
+    if prober.vocab:
+        prober.ask(first, 1, vocab=2 * prober.vocab)
+    if recompute:
+        for depth in recompute_depths:
+            if depth:
+                prober.ask(depth, 1, depth, "full")
     measured = {m: prober.probe(first, m) for m in sizes}
     while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
            and sizes[-1] < MAX_MICRO_BATCH):
