@@ -148,3 +148,11 @@ def test_overrides_after_the_file_as_paddleformers_cli_takes_them(fake_cli, conf
                             "--budget", "64MiB", "--json")
     assert code == 0, err
     assert json.loads(out)["target_batch"] == 6
+
+
+@pytest.mark.parametrize("devices", [{"sharding_parallel_size": 4}, {}])
+def test_the_per_device_batch_times_the_ranks_is_the_target(config, devices):
+    overrides = {} if devices else {"devices": 4}
+    spec = load_spec(config(per_device_train_batch_size=2, gradient_accumulation_steps=2, sharding="stage1",
+                            **devices), overrides)
+    assert (spec.devices, spec.train.target_batch) == (4, 16)

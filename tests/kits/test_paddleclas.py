@@ -99,3 +99,9 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     peak, _ = client.run_train(CHECKOUT, out, [*shape[:2], *shape[4:], "Arch.pretrained=False", *options], tmp_path)
     probed = max(exported["peak_bytes"], exported["eval_peaks"][str(eval_batch)])
     assert abs(peak - probed) / probed < 0.05, (peak, probed)
+
+
+@needs_kit
+def test_the_per_card_batch_times_the_devices_is_the_target():
+    spec = load_spec(CHECKOUT / RESNET, {"devices": 4})
+    assert (spec.devices, spec.train.target_batch) == (4, 64 * 4)

@@ -47,30 +47,39 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
-    """Read and validate one spec file (YAML, or a PaddleNLP arguments JSON), with command-line overrides applied
-    first. An arguments file's batch is per rank: with --devices N its target batch is N times it."""
+    """Read and validate one spec file (YAML, a PaddleNLP arguments JSON, a PaddleFormers or a kit's config), with
+    command-line overrides applied first. The batch those three files carry is per rank: with N devices (--devices
+    or the file's own degree) the target batch is N times it."""
     arguments, warnings = None, []
     overrides = overrides or {}
     formers = formers_spec(Path(path), overrides.get("kit.options"))
     if formers is not None:  # a PaddleFormers 1.x config (YAML or JSON), recognised by its keys
         raw, warnings = formers
+        overrides = _per_rank_batch(raw, overrides)
     elif Path(path).suffix == ".json":
         arguments = read_arguments(Path(path))
         raw, warnings = spec_from_arguments(arguments, str(path))
-        devices = overrides.get("devices") or raw.get("devices")
-        if devices and devices > 1 and overrides.get("train.target_batch") is None:
-            overrides = {**overrides, "train.target_batch": raw["train"]["target_batch"] * devices}
+        overrides = _per_rank_batch(raw, overrides)
     else:
         raw = read_yaml(path)
         kit = kit_of(raw)
         if kit is not None:  # a kit's training config, its -o options given as `kit.options`
             raw, warnings = kit_spec(kit, raw, Path(path), overrides.get("kit.options") or [])
+            overrides = _per_rank_batch(raw, overrides)
     overrides = {key: value for key, value in overrides.items() if key != "kit.options"}
     if overrides and isinstance(raw, dict):
         raw = apply_overrides(raw, overrides)
     spec = spec_from_dict(raw, str(path))
     spec.arguments, spec.warnings = arguments, warnings
     return spec
+
+
+def _per_rank_batch(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The overrides with the target batch set to the file's per-rank batch x the ranks, unless one is given."""
+    devices = overrides.get("devices") or raw.get("devices")
+    if not devices or devices < 2 or overrides.get("train.target_batch") is not None:
+        return overrides
+    return {**overrides, "train.target_batch": raw["train"]["target_batch"] * devices}
 
 
 def require_tuned(spec: Spec) -> Tuned:
