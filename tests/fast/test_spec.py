@@ -61,3 +61,18 @@ def test_cli_overrides_apply_before_validation(tmp_path):
 def test_candidate_micro_batches_respect_accumulation_limit():
     spec = load_spec(CONFIGS / "mlp-python-cpu.yaml", {"search.max_accumulation": 4})
     assert spec.micro_batches() == [2048, 1024, 512]
+
+
+def test_key_value_overrides_on_a_vramtune_spec_or_arguments_file_are_refused(fake_cli, tmp_path):
+    from fakes import FakeDevice
+
+    invoke, _ = fake_cli(FakeDevice())
+    arguments = tmp_path / "args.json"
+    arguments.write_text(json.dumps({"model_name_or_path": "x", "output_dir": "./out"}))
+    for path in (CONFIGS / "mlp-python-cpu.yaml", arguments):
+        for flags in (["train.target_batch=8"], ["-O", "train.target_batch=8"]):
+            code, out, err = invoke("probe", path, *flags, "--budget", "64MiB")
+            assert (code, out) == (2, "")
+            assert err == (f"error: {path}: KEY=VALUE overrides / -O apply to PaddleFormers and kit configs only; for "
+                           "a vramtune spec or a PaddleNLP arguments file use the flags (--target-batch, --budget, "
+                           "--device, --devices, ...) or edit the file\n")

@@ -13,6 +13,10 @@ from vramtune.report import Tuned
 from vramtune.spec.arguments import read_arguments, spec_from_arguments
 from vramtune.spec.schema import Spec, spec_from_dict
 
+OPTIONS_ELSEWHERE = ("KEY=VALUE overrides / -O apply to PaddleFormers and kit configs only; for a vramtune spec or "
+                     "a PaddleNLP arguments file use the flags (--target-batch, --budget, --device, --devices, ...) "
+                     "or edit the file")
+
 
 def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; a missing file or a syntax error becomes a SpecError with the line."""
@@ -50,7 +54,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
     """Read and validate one spec file (YAML, a PaddleNLP arguments JSON, a PaddleFormers or a kit's config), with
     command-line overrides applied first. The batch those three files carry is per rank: with N devices (--devices
     or the file's own degree) the target batch is N times it."""
-    arguments, warnings = None, []
+    arguments, warnings, kit = None, [], None
     overrides = overrides or {}
     formers = formers_spec(Path(path), overrides.get("kit.options"))
     if formers is not None:  # a PaddleFormers 1.x config (YAML or JSON), recognised by its keys
@@ -66,6 +70,8 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
         if kit is not None:  # a kit's training config, its -o options given as `kit.options`
             raw, warnings = kit_spec(kit, raw, Path(path), overrides.get("kit.options") or [])
             overrides = _per_rank_batch(raw, overrides)
+    if formers is None and kit is None and overrides.get("kit.options"):
+        raise SpecError([Problem(str(path), "", OPTIONS_ELSEWHERE)])
     overrides = {key: value for key, value in overrides.items() if key != "kit.options"}
     if overrides and isinstance(raw, dict):
         raw = apply_overrides(raw, overrides)
