@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from vramtune.doctor.gate import DoctorFailed, require_doctor
 from vramtune.export import ExportError
+from vramtune.export.roundtrip import RoundTripError
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.report import Report
@@ -26,7 +27,8 @@ from vramtune.strategy import Strategy
 Say = Callable[[str], None]
 
 
-USER_ERRORS = (SpecError, DeviceError, StoreError, BuildFailure, ExportError, DoctorFailed)  # exit code 2
+USER_ERRORS = (SpecError, DeviceError, StoreError, BuildFailure, ExportError, DoctorFailed,  # exit code 2
+               RoundTripError)
 
 
 @dataclass
