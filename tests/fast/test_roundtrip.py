@@ -73,6 +73,16 @@ def test_json_edits_keep_order_and_layout():
                                 "gradient_accumulation_steps": 4}
 
 
+def test_a_tab_indented_json_file_is_edited_with_its_tabs_and_order():
+    original = '{\n\t"stage": "SFT",\n\t"per_device_train_batch_size": 8,\n\t"recompute": true,\n\t"bf16": true\n}\n'
+    text, followers = set_keys(original, {"per_device_train_batch_size": 2, "recompute": DELETE,
+                                          "gradient_accumulation_steps": 4}, "json")
+    assert (text, followers) == ('{\n\t"stage": "SFT",\n\t"per_device_train_batch_size": 2,\n\t"bf16": true,\n'
+                                 '\t"gradient_accumulation_steps": 4\n}\n', [])
+    with pytest.raises(RoundTripError, match=re.escape("stage.x: stage is not a mapping")):
+        set_keys(original, {"stage.x": 1}, "json")
+
+
 def test_paths_that_do_not_exist_are_refused_with_the_missing_part():
     with pytest.raises(RoundTripError, match=re.escape("Train.nope.x: 'nope' is not in the file")):
         set_keys(OCR, {"Train.nope.x": 1})

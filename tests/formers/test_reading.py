@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from formers_client import FORMERS, config_text
 
 from vramtune.dialects.paddleformers.export import tuned_keys
@@ -156,3 +157,32 @@ def test_the_per_device_batch_times_the_ranks_is_the_target(config, devices):
     spec = load_spec(config(per_device_train_batch_size=2, gradient_accumulation_steps=2, sharding="stage1",
                             **devices), overrides)
     assert (spec.devices, spec.train.target_batch) == (4, 16)
+
+
+def test_apply_writes_a_tab_indented_json_config_back_with_its_tabs(fake_cli, tmp_path):
+    from fakes import FakeDevice
+
+    keys = {**yaml.safe_load(config_text(**NO_DATA)), "per_device_train_batch_size": 8}
+    path = tmp_path / "sft.json"
+    path.write_text(json.dumps({k: v for k, v in keys.items() if v is not None}, indent="\t") + "\n")
+    invoke, _ = fake_cli(FakeDevice())
+    code, _, err = invoke("apply", path, "--budget", "32MiB", "--no-recompute")
+    assert code == 0, err
+    written = path.with_name("sft.tuned.json").read_text()
+    assert written == path.read_text().replace('\t"per_device_train_batch_size": 8', '\t"per_device_train_batch_size": 4') \
+        .replace('\t"gradient_accumulation_steps": 1', '\t"gradient_accumulation_steps": 2')
+
+
+def test_a_file_apply_cannot_edit_is_exit_2_with_the_reason(fake_cli, config, monkeypatch):
+    from fakes import FakeDevice
+
+    from vramtune.dialects.paddleformers import export
+    from vramtune.export.roundtrip import RoundTripError
+
+    def refuse(*_):
+        raise RoundTripError("stage.x: stage is not a mapping")
+
+    monkeypatch.setattr(export, "set_keys", refuse)
+    invoke, _ = fake_cli(FakeDevice())
+    code, _, err = invoke("apply", config(per_device_train_batch_size=8), "--budget", "32MiB", "--no-recompute")
+    assert (code, err.splitlines()[-1]) == (2, "error: stage.x: stage is not a mapping")

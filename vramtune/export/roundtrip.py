@@ -10,6 +10,7 @@ JSON document is YAML to the composer), with values written as JSON.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -27,6 +28,8 @@ def set_keys(text: str, changes: Mapping[str, Any], kind: str = "yaml") -> tuple
 
     Missing keys are added at the end of their mapping (missing parents are not created). Returns the new text and
     the dotted keys that changed too because they alias a changed anchored value."""
+    if kind == "json" and not _composes(text):  # YAML rejects what JSON allows (a tab-indented file)
+        return _set_json(text, changes), []
     followers: list[str] = []
     for dotted, value in changes.items():
         text, more = _set_one(text, dotted, value, kind)
@@ -53,6 +56,49 @@ def _set_one(text: str, dotted: str, value: Any, kind: str) -> tuple[str, list[s
     start, end = node.start_mark.index, node.end_mark.index
     anchor = _anchor_prefix(text[start:end])
     return text[:start] + anchor + _render(value, kind) + text[end:], followers
+
+
+def _composes(text: str) -> bool:
+    try:
+        yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return False
+    return True
+
+
+def _set_json(text: str, changes: Mapping[str, Any]) -> str:
+    """The changes made on the parsed JSON, dumped again in the file's key order and indentation (tabs stay tabs):
+    for a JSON text the YAML composer cannot read."""
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise RoundTripError(f"the file no longer parses: {error}") from None
+    for dotted, value in changes.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = _json_child(node, part)
+            if node is None:
+                raise RoundTripError(f"{dotted}: {part!r} is not in the file")
+        if isinstance(node, list) and value is not DELETE and _json_child(node, last) is not None:
+            node[int(last)] = value
+        elif not isinstance(node, dict):
+            raise RoundTripError(f"{dotted}: {'.'.join(parents) or 'the file'} is not a mapping")
+        elif value is DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    indent = re.search(r"\n([ \t]+)\S", text)
+    dumped = json.dumps(data, indent=indent.group(1) if indent else None, ensure_ascii=False)
+    return dumped + text[len(text.rstrip()):]
+
+
+def _json_child(node: Any, part: str) -> Any:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    return None
 
 
 def _compose(text: str) -> yaml.Node:
