@@ -311,3 +311,9 @@ def test_check_on_a_gpu_is_gated_too_and_apply_from_saved_results_is_not(doctor_
     code, out, err = cli("check", tuned, "--json")
     assert (code, out, len(backend.jobs)) == (2, "", probes)
     assert "error: vramtune doctor: the counters check failed on fake A100 80GB" in err
+
+
+def test_a_bad_device_is_exit_2_before_any_check_runs(doctor_cli):
+    cli, _, checks = doctor_cli(FakeDevice())
+    assert cli("doctor", "--device", "bogus") == (2, "", "error: --device 'bogus': must be auto, cpu, gpu or gpu:N\n")
+    assert checks.runs == []

@@ -13,16 +13,17 @@ from vramtune.doctor.base import FAIL, PASS, SKIP
 from vramtune.doctor.battery import run_doctor
 from vramtune.doctor.running import checks_of
 from vramtune.runner import Backend, DeviceError
-
-DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", help="the device to check (default: auto, "
-                         "a GPU where Paddle sees one)")
+from vramtune.spec.schema import DEVICE_PATTERN
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     @common.exits_cleanly
-    def doctor(device: Optional[str] = DeviceOpt, json_output: bool = common.JsonOpt) -> None:
-        """Check what vramtune's measurements rest on, on this device: counters, budget, AMP, recompute, ranks."""
+    def doctor(device: Optional[str] = common.DeviceOpt, json_output: bool = common.JsonOpt) -> None:
+        """Check what vramtune's measurements rest on, on this device (default: auto, a GPU where Paddle sees one):
+        counters, budget, AMP, recompute, ranks."""
+        if device is not None and not DEVICE_PATTERN.match(device):
+            raise DeviceError(f"--device {device!r}: must be auto, cpu, gpu or gpu:N")
         render.say("vramtune doctor: each check in a process of its own")
         checks = checks_of(backend)
         if checks is None:
