@@ -125,3 +125,12 @@ def test_a_probe_that_cannot_run_here_is_one_clear_error(fake_cli):
     assert (code, out) == (2, "") and err.endswith(
         "error: the estimate's CPU probe at micro-batch 1 did not measure (oom): MemoryError: (ResourceExhausted) Out "
         "of memory\n"), err
+
+
+def test_seq_len_and_batch_are_refused_for_a_spec(fake_cli):
+    cli, backend = fake_cli(FakeDevice())
+    for flag in ("--seq-len", "--batch"):
+        assert cli("estimate", SPEC, "--card", "1GiB", flag, "64") == (
+            2, "", f"error: {SPEC}: {flag}: applies to a model folder, a config.json or a PaddleFormers config: a "
+                   "spec's sequence length and target batch are its own (edit them in the file)\n")
+    assert backend.jobs == []

@@ -69,6 +69,11 @@ def register(app: typer.Typer, backend: Backend) -> None:
             if json_output:
                 render.emit_json(result.to_json())
             raise typer.Exit(common.EXIT_OK if result.fits else common.EXIT_NO_FIT)
+        for flag, value in (("--seq-len", seq_len), ("--batch", batch)):
+            if value is not None:
+                raise SpecError([Problem(str(spec_path), flag, "applies to a model folder, a config.json or a "
+                                                              "PaddleFormers config: a spec's sequence length and "
+                                                              "target batch are its own (edit them in the file)")])
         spec = common.load(spec_path, {"devices": devices} if devices else None)
         result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
         render.render_estimate(result)
