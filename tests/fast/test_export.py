@@ -85,3 +85,26 @@ def test_an_arguments_file_is_edited_in_place_and_a_cleared_key_removed(tmp_path
                     '"gradient_accumulation_steps": 1,\n  "do_train": true,\n  "fp16": false,\n  "bf16": false,\n'
                     '  "recompute": true,\n  "recompute_granularity": "full",\n  "optim": "adamw",\n'
                     '  "device": "cpu"\n}\n')
+
+
+def test_the_faithful_format_names_each_formats_own_tool():
+    assert [expressible.faithful_format(name) for name in ("yaml", "arguments", "kit", "paddleformers", "new")] == [
+        "--format yaml, trained with vramtune.runtime", "--format arguments, for PaddleNLP's llm scripts",
+        "--format kit, for the kit's own tools/train.py", "--format paddleformers, for paddleformers-cli train",
+        "--format new"]
+
+
+def test_a_format_without_accepted_says_everything(fake_cli, monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from conftest import CONFIGS
+
+    from vramtune import export
+    from vramtune.export import yaml_spec
+
+    recipe = SimpleNamespace(NAME="yaml", SUFFIX=".tuned.yaml", render=yaml_spec.render)  # ARCHITECTURE.md's three
+    monkeypatch.setitem(export.FORMATS, "yaml", recipe)
+    invoke, _ = fake_cli(FakeDevice())
+    code, _, err = invoke("apply", CONFIGS / "mlp-python-cpu.yaml", "--budget", "64MiB", "-o", tmp_path / "out.yaml")
+    assert code == 0, err
+    assert "tuned:" in (tmp_path / "out.yaml").read_text()

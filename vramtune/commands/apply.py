@@ -90,8 +90,8 @@ def exported_result(spec_session: session.Session, report: Report, format_name: 
     assert report.chosen is not None
     floor = expressible.micro_batch_floor(spec_session.spec.settings, report.chosen)
     try:
-        return expressible.exported(report.chosen, [*report.probes, *saved], export.FORMATS[format_name].ACCEPTED,
-                                    floor, measure)
+        accepted = getattr(export.FORMATS[format_name], "ACCEPTED", None)  # None: the format says everything
+        return expressible.exported(report.chosen, [*report.probes, *saved], accepted, floor, measure)
     except expressible.NothingExpressible as error:
         render.error(f"--format {format_name}: {error} (for the chosen one: {faithful})")
         raise typer.Exit(common.EXIT_NO_FIT) from None

@@ -34,10 +34,15 @@ class Exported:
                 f"{faithful})")
 
 
+# what trains each default format's file: the spec's own tool
+TRAINED_BY = {"yaml": "trained with vramtune.runtime", "arguments": "for PaddleNLP's llm scripts",
+              "kit": "for the kit's own tools/train.py", "paddleformers": "for paddleformers-cli train"}
+
+
 def faithful_format(default_format: str) -> str:
     """Where the chosen configuration can always be said: the spec's own format."""
-    return ("--format yaml, trained with vramtune.runtime" if default_format == "yaml" else
-            f"--format {default_format}, for PaddleNLP's llm scripts")
+    trained_by = TRAINED_BY.get(default_format)
+    return f"--format {default_format}, {trained_by}" if trained_by else f"--format {default_format}"
 
 
 def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str | None:
