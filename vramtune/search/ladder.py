@@ -490,28 +490,30 @@ class Tuner:
         """Predicted samples/s of the least saving level predicted to fit at one micro-batch: its speed with the
         axis off (measured: over-budget probes still report it; or modelled where speed rises with the batch)
         less the measured cost per unit of the axis."""
-        plain = self.results.get(levels[-1])
-        measured = plain.samples_per_sec if plain is not None else None
-        if not measured and not self.problem.speed_rises_with_batch:
-            return None
-        fitting = [s for s in levels if (self.predict(s) or float("inf")) <= self.limit]
-        if not fitting:
-            return None
-        return self.speed(levels[0]).predict(fitting[-1], measured)
+        found = self.least_saving_fit(levels, self.predict)
+        return None if found is None else self.speed(levels[0]).predict(*found)
 
     def most_speed(self, levels: list[Strategy]) -> float | None:
         """The most samples/s an axis' levels at one micro-batch can reach before its memory saving and cost are
         measured: the least saving level that could fit (each unit saving the most it can) at the least the axis
         can cost (Mechanism.largest_coefficient, least_cost)."""
+        found = self.least_saving_fit(levels, self.least)
+        if found is None:
+            return None
+        level, measured = found
+        least = sum(axis.least_cost(level, self.facts(axis.name)) for axis in _roles(roles.AXES))
+        return self.speed(levels[0]).bound(level, least, measured)
+
+    def least_saving_fit(self, levels: list[Strategy], peak: Callable[[Strategy], float | None]) \
+            -> tuple[Strategy, float | None] | None:
+        """The least saving level whose `peak` fits, and the speed measured with the axis off (levels[-1]); None
+        when none fits, or when nothing is measured and speed is not modelled as rising with the batch."""
         plain = self.results.get(levels[-1])
         measured = plain.samples_per_sec if plain is not None else None
         if not measured and not self.problem.speed_rises_with_batch:
             return None
-        fitting = [s for s in levels if (self.least(s) or float("inf")) <= self.limit]
-        if not fitting:
-            return None
-        least = sum(axis.least_cost(fitting[-1], self.facts(axis.name)) for axis in _roles(roles.AXES))
-        return self.speed(levels[0]).bound(fitting[-1], least, measured)
+        fitting = [s for s in levels if (peak(s) or float("inf")) <= self.limit]
+        return (fitting[-1], measured) if fitting else None
 
     def finish(self) -> Outcome:
         probes = list(self.results.values())
