@@ -8,7 +8,7 @@ import math
 from typing import ClassVar
 
 import pytest
-from conftest import CONFIGS, mlp_spec
+from conftest import CONFIGS, SPECS, mlp_spec
 from fakes import BLOCK, FakeDevice, MiB, gpu
 
 from vramtune.doctor.base import CheckRun
@@ -317,3 +317,17 @@ def test_a_bad_device_is_exit_2_before_any_check_runs(doctor_cli):
     cli, _, checks = doctor_cli(FakeDevice())
     assert cli("doctor", "--device", "bogus") == (2, "", "error: --device 'bogus': must be auto, cpu, gpu or gpu:N\n")
     assert checks.runs == []
+
+
+def test_a_config_json_estimate_takes_the_saved_doctor_factors_too(doctor_cli):
+    config = SPECS / "configs" / "qwen3-8b.json"
+    cli, _, _ = doctor_cli(gpu("fake A100 80GB", 80, amp_factor=0.6, o2_factor=0.45, fragmentation=0.1, noise=0.0))
+    assert json.loads(cli("estimate", config, "--card", "80GiB", "--json")[1])["factors"]["source"] == "stated"
+    assert cli("doctor")[0] == 0
+    code, out, err = cli("estimate", config, "--card", "80GiB", "--budget", "60GiB", "--json")
+    factors = json.loads(out)["factors"]
+    assert code == 0, err
+    assert (factors["o1_activations"], factors["o2_activations"]) == (pytest.approx(0.6), pytest.approx(0.45))
+    assert factors["source"].startswith("AMP O1 activations, AMP O2 activations, the allocator's reserve measured by "
+                                        "vramtune doctor on fake A100 80GB")
+    assert "predicted per-rank peaks within 57.0 GiB" in err  # the budget, less the headroom; the card's factors

@@ -64,7 +64,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         probes = _calibration(calibration) if calibration is not None else None
         asked = question(spec_path, seq_len, batch, devices)
         if asked is not None:
-            result = answer(asked, budget_bytes or card_bytes, calibration=probes)
+            result = answer(asked, card_bytes, calibration=probes, budget_bytes=budget_bytes)
             render_answer(result)
             if json_output:
                 render.emit_json(result.to_json())

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
+from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.analytic import activations
 from vramtune.estimating.architecture import Architecture, architecture, count
 from vramtune.estimating.model import Counts, Factors, Row, row
@@ -107,25 +109,37 @@ def file_keys(best: Row, fine_tuning: str, arch: Architecture, question: Questio
     return keys
 
 
+def installed_paddle() -> str:
+    """The installed Paddle's version, asked of its distribution (the parent never imports Paddle); "" if none."""
+    for name in ("paddlepaddle-gpu", "paddlepaddle"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
 def micro_batches(batch: int) -> list[int]:
     return [m for m in (2**i for i in range(batch.bit_length())) if batch % m == 0]
 
 
 def answer(question: Question, card_bytes: int, headroom: float = 0.05,
-           calibration: list[ProbeResult] | None = None) -> Answer:
-    """Every strategy's per-rank peak, with the stated factors or factors calibrated from a GPU run's probes of
-    this model (the fine-tuning asked; LoRA for a bare model)."""
+           calibration: list[ProbeResult] | None = None, budget_bytes: int | None = None) -> Answer:
+    """Every strategy's per-rank peak within the budget (default: the card), with factors calibrated from a GPU
+    run's probes of this model (the fine-tuning asked; LoRA for a bare model), else a saved doctor run's on such a
+    card, else the stated ones."""
     start = time.monotonic()
     arch = architecture(question.config)
     fit = activations(arch, question.seq_len, question.attention in FLASH)
-    budget = Budget(card_bytes, headroom)
+    budget = Budget(budget_bytes or card_bytes, headroom)
     stages = [0, 1, 2, 3] if question.devices > 1 else [0]
     counts = {}
     for fine_tuning in FINE_TUNINGS:
         counted = count(arch, question.lora_rank if fine_tuning == "LoRA" else None)
         counts[fine_tuning] = Counts(counted.params, counted.trainable, matmul=counted.matmul, layers=arch.layers,
                                      shape={"hidden_size": arch.hidden, "num_hidden_layers": arch.layers})
-    factors = calibrated(calibration, counts[question.fine_tuning or "LoRA"], fit) if calibration else Factors()
+    factors = (calibrated(calibration, counts[question.fine_tuning or "LoRA"], fit) if calibration
+               else doctor_factors(card_bytes, installed_paddle()) or Factors())
     rows: dict[str, list[Row]] = {}
     for fine_tuning in FINE_TUNINGS:
         rows[fine_tuning] = []
