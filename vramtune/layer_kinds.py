@@ -1,5 +1,6 @@
 """The kinds of Paddle layers memory depends on, in one place: the probe's BatchNorm floor and the estimate's counts
-(what AMP O2 keeps in fp32, what AMP O1 copies to half) must agree on them."""
+(what AMP O2 keeps in fp32, what AMP O1 copies to half) must agree on them. Child-side (it imports Paddle): the
+child's count and a mechanism's child-side hook import it, the parent never does."""
 from __future__ import annotations
 
 import paddle

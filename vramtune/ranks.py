@@ -9,7 +9,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from vramtune.text import error_line, error_lines, looks_like_oom
+from vramtune.oom import looks_like_oom
+from vramtune.text import error_line, error_lines
 
 INHERITED_PREFIXES = ("PADDLE_", "MASTER_", "POD_", "FLAGS_START_PORT")  # would override the launcher's options
 LOW_PORTS = (20000, 32000)  # below the kernel's ephemeral range, where the launcher's own default lands

@@ -22,11 +22,12 @@ from typing import Any, Callable, Protocol
 from vramtune.forking import ForkServer, ForkServerError
 from vramtune.mechanisms import MECHANISMS
 from vramtune.mechanisms.base import Launch
+from vramtune.oom import looks_like_oom
 from vramtune.ranks import marked, merge, rank_logs, read_rank_results
 from vramtune.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
 from vramtune.sources import SOURCES
 from vramtune.strategy import Strategy
-from vramtune.text import error_line, looks_like_oom
+from vramtune.text import error_line
 
 INFO_TIMEOUT = 120.0
 PR_SET_PDEATHSIG = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-OOM_MARKERS = ("ResourceExhausted", "Out of memory", "out of memory")
+from vramtune.oom import OOM_MARKERS
 
 
 def did_you_mean(value: object, options: Iterable[object]) -> str:
@@ -25,5 +25,6 @@ def error_line(text: str, last: bool = False, default: str = "") -> str:
     return (chosen[-1] if last else chosen[0])[:400]
 
 
-def looks_like_oom(text: str) -> bool:
-    return any(marker in text for marker in OOM_MARKERS)
+def short_error(error: BaseException) -> str:
+    """An exception in one line: its type and its informative line."""
+    return f"{type(error).__name__}: {error_line(str(error))}"[:400]

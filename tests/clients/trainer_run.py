@@ -94,7 +94,7 @@ def main() -> None:
     if training.recompute:
         # CPU stands in for a GPU here: Paddle 2.6 cannot keep the RNG state in recompute on CPU (it raises), so the
         # model recomputes without it, as vramtune's probe does there (on a GPU, and on Paddle 3, nothing changes).
-        from vramtune.child.native_recompute import recompute_without_rng_state_where_it_cannot_be_kept
+        from vramtune.mechanisms.recompute.native import recompute_without_rng_state_where_it_cannot_be_kept
 
         recompute_without_rng_state_where_it_cannot_be_kept()
 

@@ -11,7 +11,7 @@ import paddle.nn.functional as F
 import pytest
 from paddle import nn
 
-from vramtune.child.blocks import BlockError, RecomputeBlock, apply_recompute, block_path, find_blocks
+from vramtune.mechanisms.recompute.blocks import BlockError, RecomputeBlock, apply_recompute, block_path, find_blocks
 
 pytestmark = pytest.mark.paddle
 
@@ -194,7 +194,7 @@ def test_recompute_lowers_the_measured_peak(arch):
 def test_every_batchnorm_kind_gets_the_floor_and_the_estimate_counts_the_same_layers():
     """The probe's BatchNorm floor and the estimate's fp32-under-O2 count agree on what a BatchNorm is: the older
     nn.BatchNorm (not a _BatchNormBase) as well as BatchNorm1D/2D and SyncBatchNorm."""
-    from vramtune.child.layer_kinds import BATCHNORM
+    from vramtune.layer_kinds import BATCHNORM
     from vramtune.mechanisms.accumulation import MECHANISM as accumulation
 
     model = nn.Sequential(nn.Conv2D(3, 4, 3), nn.BatchNorm(4), nn.BatchNorm2D(4), nn.SyncBatchNorm(4),

@@ -5,8 +5,9 @@ from typing import Any, Callable
 
 import paddle
 
+from vramtune.oom import looks_like_oom
 from vramtune.sources.base import BuildError, BuiltModel, Source
-from vramtune.text import error_line, looks_like_oom
+from vramtune.text import error_line
 
 
 def random_tensor(batch: int, tensor: Any) -> paddle.Tensor:

@@ -78,13 +78,19 @@ def make_optimizer(name: str, learning_rate: float, parameters, max_grad_norm: f
                                                        grad_clip=clip)
 
 
+def inner_optimizer(optimizer: Any) -> Any:
+    """The optimizer that holds the state, inside fleet's wrappers (sharding stage 1: `_inner_opt`; group_sharded
+    stage 2: `_optim`)."""
+    while (inner := getattr(optimizer, "_inner_opt", None) or getattr(optimizer, "_optim", None)) is not None:
+        optimizer = inner
+    return optimizer
+
+
 def optimizer_state_ready(name: str, optimizer: paddle.optimizer.Optimizer) -> bool:
     """Whether the optimizer's per-parameter state (Adam's moments, momentum's velocity) exists yet.
 
     GradScaler skips optimizer.step() while it finds inf gradients (often in fp16's first steps); measuring
     before the state exists would miss its bytes (8 per parameter for AdamW)."""
-    from vramtune.child.distributed import inner_optimizer
-
     if name in STATELESS:
         return True
     return any(len(slots) for slots in getattr(inner_optimizer(optimizer), "_accumulators", {}).values())
@@ -94,8 +100,6 @@ def state_counts(model: paddle.nn.Layer, optimizer: Any) -> dict[str, int]:
     """Bytes of the weights, their gradients (alive from backward on; kept zeroed between steps; as many bytes
     as the trainable weights, half under O2) and this rank's optimizer state (Adam's moments, momentum's velocity,
     O2's master weights)."""
-    from vramtune.child.distributed import inner_optimizer
-
     def size(tensor: Any) -> int:
         return int(tensor.numel()) * tensor.element_size()
 

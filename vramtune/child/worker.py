@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from vramtune.files import write_atomic
+from vramtune.oom import is_oom
 from vramtune.records import Device, ProbeJob, flat_facts
 from vramtune.sources.base import BuildError, BuiltModel
 from vramtune.strategy import Strategy
-from vramtune.text import error_line, looks_like_oom
+from vramtune.text import short_error
 
 MAX_EXTRA_WARMUP = 8  # warmup steps added while the optimizer state does not exist yet
 STARTED = time.monotonic()  # when this process started (a forked probe: when it was forked)
@@ -42,14 +43,6 @@ class Phases:
         now = time.monotonic()
         self.seconds[name] = round(now - self.last, 4)
         self.last = now
-
-
-def is_oom(error: BaseException) -> bool:
-    return isinstance(error, MemoryError) or looks_like_oom(str(error))
-
-
-def short_error(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error_line(str(error))}"[:400]
 
 
 def run_info(device: str) -> dict[str, Any]:
@@ -112,21 +105,21 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     phases = Phases()
     import paddle
 
-    from vramtune.child import distributed
+    from vramtune.child import rank as ranks
     from vramtune.child.counters import MemoryCounters
     from vramtune.child.training import state_counts
     from vramtune.mechanisms import MECHANISMS
 
     job = ProbeJob.from_json(job_data)
     device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
-    paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{device.index + distributed.rank()}")
+    paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{device.index + ranks.rank()}")
     paddle.seed(job.seed)  # every rank builds the same weights
     try:
         built, prepared = build(job, strategy, phases)
     except BuildError as error:
         return {"status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build",
                 "phases": phases.seconds}
-    paddle.seed(job.seed + distributed.rank())  # and each its own data
+    paddle.seed(job.seed + ranks.rank())  # and each its own data
     batch = built.make_batch(strategy.micro_batch)
 
     def loss_fn(data):
@@ -168,7 +161,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from vramtune.child.distributed import die_with_launcher, rank, world_size
+    from vramtune.child.rank import die_with_launcher, rank, world_size
 
     die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m vramtune.child.worker")

@@ -27,8 +27,9 @@ class BudgetEnforced(Check):
     def measure(self, device: Device, part: str) -> dict[str, Any]:
         import paddle
 
-        from vramtune.child.worker import is_oom, short_error
         from vramtune.doctor.workload import use
+        from vramtune.oom import is_oom
+        from vramtune.text import short_error
 
         use(device)
         kept, allocated = [], 0

@@ -18,9 +18,10 @@ from vramtune.records import Device
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from vramtune.child.distributed import die_with_launcher, rank, world_size
-    from vramtune.child.worker import is_oom, short_error
+    from vramtune.child.rank import die_with_launcher, rank, world_size
     from vramtune.doctor import BY_NAME
+    from vramtune.oom import is_oom
+    from vramtune.text import short_error
 
     die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m vramtune.doctor.child")

@@ -27,7 +27,7 @@ class Ranks(Check):
         import paddle.distributed as dist
 
         from vramtune.child.counters import MemoryCounters
-        from vramtune.child.distributed import rank
+        from vramtune.child.rank import rank
         from vramtune.doctor.workload import BATCH, SEQ, WIDTH, allocated_now, transformer
 
         paddle.set_device(f"gpu:{device.index + rank()}")

@@ -1,5 +1,6 @@
-"""Recompute: vramtune's wrapper (child/blocks.py) lowers a small transformer's peak, and so does PaddleFormers' or
-PaddleNLP's own recompute (child/native_recompute.py, as probes switch it on) on a small Llama where one is installed.
+"""Recompute: vramtune's wrapper (mechanisms/recompute/blocks.py) lowers a small transformer's peak, and so does
+PaddleFormers' or PaddleNLP's own recompute (mechanisms/recompute/native.py, as probes switch it on) on a small Llama
+where one is installed.
 
 Each pair is measured in one process, the recomputed step first: where the peak cannot be reset (Paddle 2.6) the
 plain step's peak still reads right whenever it is the higher one, and when it is not, recompute saved nothing,
@@ -62,8 +63,8 @@ def _pair(device: Device, build: Callable[[bool], Any], loss: Callable[[Any], An
 
 
 def _wrapper(recomputed: bool) -> Any:
-    from vramtune.child.blocks import apply_recompute
     from vramtune.doctor.workload import LAYERS, transformer
+    from vramtune.mechanisms.recompute.blocks import apply_recompute
 
     model = transformer()
     apply_recompute(model, LAYERS if recomputed else 0)
@@ -71,7 +72,7 @@ def _wrapper(recomputed: bool) -> Any:
 
 
 def _native(recomputed: bool) -> Any:
-    from vramtune.child.native_recompute import configure, enable
+    from vramtune.mechanisms.recompute.native import configure, enable
     from vramtune.strategy import Strategy
 
     transformers = importlib.import_module(f"{library()}.transformers")

@@ -86,7 +86,7 @@ class Accumulation(Mechanism):
 
     def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""
-        from vramtune.child.layer_kinds import BATCHNORM
+        from vramtune.layer_kinds import BATCHNORM
 
         return model, {"batchnorm_layers": sum(isinstance(layer, BATCHNORM) for layer in model.sublayers())}
 

@@ -110,12 +110,12 @@ class Sharding(Mechanism):
 
     # -- child side --------------------------------------------------------------------------------------
     def prepare_training(self, model, optimizer, strategy, settings):
-        from vramtune.child import distributed
+        from vramtune.mechanisms.data_parallel import distributed
 
         return distributed.sharded(model, optimizer, strategy)
 
     def scaler(self, scaler, strategy, settings):
-        from vramtune.child import distributed
+        from vramtune.mechanisms.data_parallel import distributed
 
         return distributed.sharded_scaler(scaler, strategy)
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vramtune.oom import looks_like_oom
 from vramtune.reading import Section, positive
 from vramtune.sources.base import BuildError, BuiltModel, Source
-from vramtune.text import looks_like_oom
 
 LOSSES = ("cross_entropy", "mse", "model")
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")

@@ -9,7 +9,7 @@ from pathlib import Path
 from vramtune.mechanisms.base import Field, Launch, Mechanism, Option
 from vramtune.reading import positive
 
-WORKER = Path(__file__).resolve().parent.parent / "child" / "worker.py"
+WORKER = Path(__file__).resolve().parents[2] / "child" / "worker.py"
 
 
 class DataParallel(Mechanism):
@@ -46,7 +46,7 @@ class DataParallel(Mechanism):
                     "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
 
     def prepare_training(self, model, optimizer, strategy, settings):
-        from vramtune.child import distributed
+        from vramtune.mechanisms.data_parallel import distributed
 
         return distributed.data_parallel(model, optimizer, strategy)
 

@@ -1,39 +1,10 @@
-"""Multi-rank probes: each rank is a worker started by `paddle.distributed.launch`; this sets up data parallel or
-sharding for it (the mechanisms' child-side hooks), and keeps it from outliving its launcher."""
+"""The Paddle side of data parallel and sharding, shared by both mechanisms: each rank is a worker started by
+`paddle.distributed.launch` (vramtune.child.rank says which); this wraps its model, optimizer and loss scaler."""
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import signal
 from typing import Any
 
 import paddle
-
-PR_SET_PDEATHSIG = 1
-
-
-def rank() -> int:
-    return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-
-
-def world_size() -> int:
-    return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-
-
-def die_with_launcher() -> None:
-    """The launcher starts each rank in a session of its own; when the launcher dies (even by SIGKILL), Linux
-    sends this rank SIGKILL."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def inner_optimizer(optimizer: Any) -> Any:
-    """The optimizer that holds the state, inside fleet's wrappers (stage 1: `_inner_opt`; group_sharded stage
-    2: `_optim`)."""
-    while (inner := getattr(optimizer, "_inner_opt", None) or getattr(optimizer, "_optim", None)) is not None:
-        optimizer = inner
-    return optimizer
 
 
 def data_parallel(model: paddle.nn.Layer, optimizer: Any, strategy: Any) -> tuple[Any, Any]:

@@ -1,7 +1,7 @@
 """Per-block recompute: the first r of the model's repeated blocks rebuild their activations in backward.
 
-PaddleNLP models recompute through their own configuration (child/native_recompute.py); other models, or a
-PaddleNLP model given `model.block_path`, through vramtune's wrapper (child/blocks.py). In the search it is an
+PaddleNLP models recompute through their own configuration (native.py here); other models, or a
+PaddleNLP model given `model.block_path`, through vramtune's wrapper (blocks.py here). In the search it is an
 axis: at one micro-batch, the fewest recomputed blocks that fit, then the model's cheaper granularities.
 """
 from __future__ import annotations
@@ -161,19 +161,19 @@ class Recompute(Mechanism):
 
     # -- child side --------------------------------------------------------------------------------------
     def configure_model(self, config, strategy, settings):
-        from vramtune.child import native_recompute
+        from vramtune.mechanisms.recompute import native
 
         if not (settings or {}).get("block_path"):  # a block path given: the wrapper recomputes those blocks instead
-            native_recompute.configure(config, strategy)
+            native.configure(config, strategy)
 
     def prepare_model(self, model, strategy, settings):
-        from vramtune.child import native_recompute
-        from vramtune.child.blocks import apply_recompute
+        from vramtune.mechanisms.recompute import native
+        from vramtune.mechanisms.recompute.blocks import apply_recompute
         from vramtune.sources.base import BuildError
 
         block_path = (settings or {}).get("block_path")
-        if native_recompute.is_native(model) and not block_path:
-            return model, native_recompute.enable(model, strategy)
+        if native.is_native(model) and not block_path:
+            return model, native.enable(model, strategy)
         if strategy.recompute_granularity != "full":
             raise BuildError(f"recompute_granularity {strategy.recompute_granularity!r} needs a PaddleNLP model "
                              "with its own recompute")

@@ -18,7 +18,7 @@ from typing import Any
 
 import paddle
 
-from vramtune.child.blocks import BlockError, rng_state_can_be_preserved
+from vramtune.mechanisms.recompute.blocks import BlockError, rng_state_can_be_preserved
 
 
 @dataclass(frozen=True)
