@@ -82,6 +82,10 @@ def test_deepseek_v3_latent_attention_with_query_compression_and_aux_free_router
 
 @pytest.mark.parametrize("config, message", [
     ({"hidden_size": 8}, "model_type: is required (which architecture the sizes describe)"),
+    ({"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
+      "vocab_size": 30522}, "model_type: 'bert' is not counted here (its layers are not laid out as for a decoder "
+                            "this count knows: deepseek_v2, deepseek_v3, ernie4_5, ernie4_5_moe, llama, qwen2, "
+                            "qwen2_moe, qwen3, qwen3_moe)"),
     ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": "2", "vocab_size": 9},
      "num_hidden_layers: a positive integer is required, got '2'"),
     ({"model_type": "qwen3_moe", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 2, "vocab_size": 9,

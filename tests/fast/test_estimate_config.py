@@ -160,6 +160,11 @@ def test_a_broken_model_config_is_named_with_exit_2(fake_cli, tmp_path):
     (tmp_path / "config.json").write_text("{")
     code, _, err = cli("estimate", tmp_path, "--card", "24GiB")
     assert code == 2 and err.startswith(f"error: {tmp_path / 'config.json'}: not JSON: ")
+    code, out, err = cli("estimate", SPECS / "tiny-bert", "--card", "24GiB")
+    assert (code, out) == (2, "") and err == (f"error: {SPECS / 'tiny-bert' / 'config.json'}: model_type: 'bert' is not "
+                                              "counted here (its layers are not laid out as for a decoder this count "
+                                              "knows: deepseek_v2, deepseek_v3, ernie4_5, ernie4_5_moe, llama, qwen2, "
+                                              "qwen2_moe, qwen3, qwen3_moe)\n")
 
 
 def test_recompute_levels_are_those_the_models_code_honours(fake_cli, tmp_path):

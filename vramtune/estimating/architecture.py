@@ -1,7 +1,9 @@
 """A decoder's parameters counted from its config.json alone (Paddle-free): for models whose code cannot be imported
 here (PaddleFormers' Qwen2/Qwen3/Qwen3-MoE/DeepSeek need `paddlefleet`, which is not on PyPI) and as a fast path for
-any decoder. The layers are laid out as PaddleFormers builds them (fused q/k/v and gate/up where it fuses them), so
-that LoRA's trainable count follows PaddleFormers' target-module patterns (cli/utils/llm_utils.py).
+the decoders it knows (COUNTED: Llama, Qwen2/3 and their MoE, DeepSeek-V2/V3, ERNIE-4.5 and its MoE; any other
+model_type is refused, its layers may differ). The layers are laid out as PaddleFormers builds them (fused q/k/v
+and gate/up where it fuses them), so that LoRA's trainable count follows PaddleFormers' target-module patterns
+(cli/utils/llm_utils.py).
 
 Counted per layer: attention (multi-head or grouped-query with num_key_value_heads and head_dim; DeepSeek's latent
 attention with q_lora_rank, kv_lora_rank and the nope/rope/v head sizes), the MLP (dense intermediate_size) or the
@@ -40,6 +42,7 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
 }
 LORA_TARGETS["ernie4_5_moe"] = LORA_TARGETS["ernie4_5"]
 LORA_TARGETS["deepseek_v2"] = LORA_TARGETS["deepseek_v3"]
+COUNTED = tuple(sorted(LORA_TARGETS))  # the model types whose layers this count lays out as PaddleFormers builds them
 
 
 class ArchitectureError(ValueError):
@@ -181,6 +184,9 @@ def architecture(config: dict[str, Any]) -> Architecture:
     model_type = str(config.get("model_type") or "")
     if not model_type:
         raise ArchitectureError("model_type: is required (which architecture the sizes describe)")
+    if model_type not in COUNTED:
+        raise ArchitectureError(f"model_type: {model_type!r} is not counted here (its layers are not laid out as "
+                                f"for a decoder this count knows: {', '.join(COUNTED)})")
     hidden = _require(config, "hidden_size")
     heads = _require(config, "num_attention_heads")
     layers = _require(config, "num_hidden_layers")
