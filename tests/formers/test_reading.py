@@ -186,3 +186,19 @@ def test_a_file_apply_cannot_edit_is_exit_2_with_the_reason(fake_cli, config, mo
     invoke, _ = fake_cli(FakeDevice())
     code, _, err = invoke("apply", config(per_device_train_batch_size=8), "--budget", "32MiB", "--no-recompute")
     assert (code, err.splitlines()[-1]) == (2, "error: stage.x: stage is not a mapping")
+
+
+def test_apply_says_which_overrides_the_tuned_file_takes_and_the_command_with_the_rest(fake_cli, config):
+    from fakes import FakeDevice
+
+    path = config()  # per_device_train_batch_size 4, max_steps 4
+    invoke, _ = fake_cli(FakeDevice())
+    code, _, err = invoke("apply", path, "per_device_train_batch_size=8", "max_steps=2", "logging_dir=my logs",
+                          "--budget", "32MiB", "--no-recompute")
+    assert code == 0, err
+    assert "warning: per_device_train_batch_size=8: tuned in the file now; passing them again would override the " \
+           "tuned value\n" in err
+    assert "warning: train the tuned file with: paddleformers-cli train TUNED_FILE 'logging_dir=my logs' max_steps=2\n" \
+        in err
+    assert "per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\n" in path.with_name("sft.tuned.yaml") \
+        .read_text()

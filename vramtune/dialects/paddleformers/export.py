@@ -9,8 +9,11 @@ fused kernels, sharding); they are never written: the file out is still the user
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
 from vramtune.export.roundtrip import DELETE, set_keys
@@ -45,11 +48,32 @@ def tuned_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
 
 
 def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
-    config = read_config(spec_path)
-    changes = tuned_keys(config, Tuned.of(report))
+    config, tuned = read_config(spec_path), Tuned.of(report)
+    changes = tuned_keys(config, tuned)
     text = spec_path.read_text(encoding="utf-8")
     text, _ = set_keys(text, changes, "json" if spec_path.suffix == ".json" else "yaml")
-    return text, []
+    return text, command_warnings(config, spec.model.arguments, {*tuned_keys({}, tuned), *changes})
+
+
+def command_warnings(config: dict[str, Any], arguments: dict[str, Any], tuned: set[str]) -> list[str]:
+    """With key=value overrides given after the file (`arguments`: the file's keys with them): the ones that set a
+    tuned key (they would override the tuned value), and the command that trains the tuned file with the others."""
+    overrides = {key: value for key, value in arguments.items() if key not in config or config[key] != value}
+    if not overrides:
+        return []
+    given = [f"{key}={_scalar(value)}" for key, value in overrides.items()]
+    kept = [item for item, key in zip(given, overrides) if key not in tuned]
+    overriding = [item for item, key in zip(given, overrides) if key in tuned]
+    warnings = [f"{' '.join(overriding)}: tuned in the file now; passing them again would override the tuned "
+                "value"] if overriding else []
+    return [*warnings, "train the tuned file with: " + shlex.join(["paddleformers-cli", "train", "TUNED_FILE", *kept])]
+
+
+def _scalar(value: Any) -> str:
+    """A value as paddleformers-cli reads `key=value` (a YAML scalar)."""
+    if value is None:
+        return ""
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 16).removesuffix("\n").removesuffix("\n...")
 
 
 def output_name(spec_path: Path) -> str:
