@@ -29,8 +29,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                              help="default: SPEC.tuned.yaml (.tuned.json); - for stdout"),
         format_name: Optional[Format] = typer.Option(None, "--format", help="yaml: the spec + a tuned: section; "
                                                      "paddlenlp: TrainingArguments JSON; arguments: the PaddleNLP "
-                                                     "arguments file given, tuned (default: yaml, or arguments "
-                                                     "for a .json spec)", show_default=False),
+                                                     "arguments file given, tuned; kit, paddleformers: the kit's or "
+                                                     "PaddleFormers config given, tuned (default: the file's own)",
+                                                     show_default=False),
         force: bool = typer.Option(False, "--force", help="overwrite an existing output file"),
         json_output: bool = common.JsonOpt,
         budget: Optional[str] = common.BudgetOpt,
