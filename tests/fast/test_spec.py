@@ -7,6 +7,7 @@ import pytest
 from bad_specs import CASES, MULTI
 from conftest import CONFIGS, SPECS, mlp_spec
 
+from vramtune.dialects.paddleformers.reading import DATA_AT_PROBE_TIME
 from vramtune.spec import load_spec
 
 
@@ -17,7 +18,8 @@ def _file(write_spec, content):
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")) + sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_specs_validate(path, cli):
     code, _, err = cli("validate", path)
-    assert (code, err) == (0, f"ok: {path}\n")
+    said = "" if "train_dataset_path" not in path.read_text() else f"warning: {DATA_AT_PROBE_TIME}\n"
+    assert (code, err) == (0, f"{said}ok: {path}\n")  # a PaddleFormers config's data is read at probe time
 
 
 @pytest.mark.parametrize("case, content, expected", CASES, ids=[c[0] for c in CASES])

@@ -202,3 +202,17 @@ def test_apply_says_which_overrides_the_tuned_file_takes_and_the_command_with_th
         in err
     assert "per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\n" in path.with_name("sft.tuned.yaml") \
         .read_text()
+
+
+def test_validate_runs_no_paddle_and_says_the_sequence_length_is_read_at_probe_time(cli, tmp_path, monkeypatch):
+    def no_child(*_):
+        raise AssertionError("validate ran the data pass")
+
+    monkeypatch.setattr("vramtune.dialects.paddleformers.reading.longest_sample", no_child)
+    path = tmp_path / "sft.yaml"
+    path.write_text(config_text())  # names training data that is there
+    assert cli("validate", path) == (0, "", "warning: the sequence length is read from the training data at probe time "
+                                            "(its longest sample kept, tokenized by PaddleFormers); not here, which "
+                                            f"runs no Paddle\nok: {path}\n")
+    with pytest.raises(AssertionError, match="validate ran the data pass"):
+        load_spec(path)  # a probe's reading does run it

@@ -50,13 +50,14 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     return result
 
 
-def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, read_data: bool = True) -> Spec:
     """Read and validate one spec file (YAML, a PaddleNLP arguments JSON, a PaddleFormers or a kit's config), with
     command-line overrides applied first. The batch those three files carry is per rank: with N devices (--devices
-    or the file's own degree) the target batch is N times it."""
+    or the file's own degree) the target batch is N times it. `read_data` False: no pass over training data (a
+    PaddleFormers config's runs Paddle), for `validate`."""
     arguments, warnings, kit = None, [], None
     overrides = overrides or {}
-    formers = formers_spec(Path(path), overrides.get("kit.options"))
+    formers = formers_spec(Path(path), overrides.get("kit.options"), read_data)
     if formers is not None:  # a PaddleFormers 1.x config (YAML or JSON), recognised by its keys
         raw, warnings = formers
         overrides = _per_rank_batch(raw, overrides)

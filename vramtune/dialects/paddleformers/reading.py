@@ -32,6 +32,8 @@ MARKERS = frozenset({"stage", "max_seq_len", "compute_type", "fine_tuning", "tra
 DEFAULT_MAX_SEQ_LEN = 4096  # DataArguments.max_seq_len
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRAINER_MAX_GRAD_NORM = 1.0
+DATA_AT_PROBE_TIME = ("the sequence length is read from the training data at probe time (its longest sample kept, "
+                      "tokenized by PaddleFormers); not here, which runs no Paddle")
 # the mechanisms that read PaddleNLP arguments with the same meaning as these PaddleFormers keys
 MAPPED_MECHANISMS = ("precision", "sharding", "evaluation")
 
@@ -78,12 +80,14 @@ def formers_data(path: Path) -> dict[str, Any] | None:
     return data if is_formers_config(data) else None
 
 
-def formers_spec(path: Path, options: list[str] | None = None) -> tuple[dict[str, Any], list[str]] | None:
-    """The raw spec and warnings when the file is a PaddleFormers config, else None."""
+def formers_spec(path: Path, options: list[str] | None = None, read_data: bool = True) \
+        -> tuple[dict[str, Any], list[str]] | None:
+    """The raw spec and warnings when the file is a PaddleFormers config, else None. `read_data` False: the training
+    data is not tokenized (that runs Paddle); the sequence length is then read at probe time."""
     data = formers_data(path)
     if data is None:
         return None
-    return spec_from_config({**data, **parse_overrides(options or [], str(path))}, str(path))
+    return spec_from_config({**data, **parse_overrides(options or [], str(path))}, str(path), read_data)
 
 
 def _local(section: Section, key: str, value: str, what: str) -> Path | None:
@@ -122,12 +126,14 @@ def _datasets(section: Section) -> list[str]:
 
 
 def _sequence(section: Section, config: dict[str, Any], folder: str | None, datasets: list[str],
-              max_seq_len: int) -> dict[str, Any]:
+              max_seq_len: int, read_data: bool) -> dict[str, Any]:
     """data: the length the run reaches (max_seq_len with packing, else the longest sample kept) and how it was
     found."""
     if config.get("packing") or config.get("padding_free"):
         return {"seq_len": max_seq_len, "seq_note": f"sequence length {max_seq_len}: max_seq_len (packing fills "
                                                     "every row to it)"}
+    if folder and datasets and not read_data:
+        return {"seq_len": max_seq_len, "seq_note": DATA_AT_PROBE_TIME}
     if not (folder and datasets):
         if config.get("stage") == "DPO":
             section.fail("train_dataset_path", "DPO is measured on the training data's longest chosen/rejected pair: "
@@ -165,7 +171,7 @@ def _translated(config: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-def spec_from_config(config: dict[str, Any], file: str) -> tuple[dict[str, Any], list[str]]:
+def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) -> tuple[dict[str, Any], list[str]]:
     """The raw spec (as a YAML spec would give it) for a PaddleFormers config, and warnings for the user."""
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -193,12 +199,15 @@ def spec_from_config(config: dict[str, Any], file: str) -> tuple[dict[str, Any],
         if why:
             section.fail(key, why)
     datasets = _datasets(section)
+    data = _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN, read_data)
+    if data.get("seq_note") == DATA_AT_PROBE_TIME:
+        warnings.append(DATA_AT_PROBE_TIME)
     arguments = Section([], file, "", _translated(config))
     raw: dict[str, Any] = {
         "name": Path(file).stem,
         "model": {"source": "paddleformers", "folder": folder, "stage": stage, "arguments": config,
                   "datasets": datasets},
-        "data": _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN),
+        "data": data,
         "train": {"target_batch": (micro or 1) * (accumulation or 1), "optimizer": "adamw",
                   "learning_rate": learning_rate,
                   **({"max_grad_norm": max_grad_norm} if max_grad_norm and max_grad_norm > 0 else {})},
