@@ -433,6 +433,12 @@ def test_check_on_fewer_ranks_than_tuned_with_devices(fake_cli, write_spec):
     code, out, _ = cli("check", path, "--devices", 8, "--json")
     assert json.loads(out)["notes"][1] == ("sharding stage 1 splits the state over 8 ranks, not 16: each rank holds "
                                            "more than it will in training, so a pass holds there and a fail may not")
+    code, out, _ = cli("check", path, "--devices", 1, "--json")  # sharding says it, data parallel does not again
+    notes = json.loads(out)["notes"]
+    assert notes[1] == ("sharding stage 1 needs 2 ranks or more: measured without it, and without data parallel's "
+                        "gradient buffers, so a pass may not hold on the tuned ranks")
+    assert not any(note.startswith("one rank runs") for note in notes)
+    assert json.loads(out)["measured"]["sharding_stage"] == 0
     code, out, _ = cli("check", path, "--devices", 32, "--json")
     notes = json.loads(out)["notes"]
     assert code == 0 and "each rank holds less than it will in training" in notes[1]

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from vramtune.mechanisms.base import Field, Mechanism, Option
 from vramtune.reading import positive
 
+SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
+
 
 def _positive(value: int) -> str | None:
     return None if value > 0 else f"must be positive, got {value}"
@@ -56,6 +58,9 @@ class Accumulation(Mechanism):
 
     def label(self, strategy, facts) -> str:
         return f"m={strategy.micro_batch} k={strategy.accumulation}"
+
+    def smoke(self, strategy) -> dict:
+        return {"micro_batch": 1, "accumulation": min(strategy.accumulation, SMOKE_MAX_ACCUMULATION)}
 
     def weight(self, strategy) -> int:
         return strategy.accumulation if strategy.accumulation > 1 else 0

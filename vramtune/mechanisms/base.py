@@ -174,6 +174,17 @@ class Mechanism:
         """When nothing fits: what of this mechanism would help."""
         return []
 
+    # -- `vramtune check` (Paddle-free) -------------------------------------------------------------------
+    def smoke(self, strategy: Strategy) -> dict[str, Any]:
+        """Its fields for the short CPU smoke probe `check` runs without the tuned device (it proves the step still
+        trains, not the memory); {} keeps them as tuned."""
+        return {}
+
+    def on_ranks(self, strategy: Strategy, devices: int) -> tuple[dict[str, Any], list[str]]:
+        """Its fields when `check --devices N` re-measures on another number of ranks, and what that changes in the
+        verdict (notes)."""
+        return {}, []
+
     # -- search roles (called for the mechanisms the ladder's data names in each role) -------------------
     def whole_batch(self, base: Strategy, search: Tuner) -> None:
         """Role whole_batch: probe its alternatives at the whole batch (before accumulation)."""

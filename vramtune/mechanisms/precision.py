@@ -109,6 +109,9 @@ class Precision(Mechanism):
     def label(self, strategy, facts) -> str:
         return strategy.precision
 
+    def smoke(self, strategy) -> dict[str, Any]:
+        return {"precision": "fp32"}  # AMP is not checked on CPU
+
     def weight(self, strategy) -> int:
         """O1 wins a tie with O2 (fewer numerics changed), fp32 wins a tie with both."""
         return {"O0": 0, "O1": 1, "O2": 2}[level_of(strategy.precision)]
