@@ -216,3 +216,29 @@ def test_validate_runs_no_paddle_and_says_the_sequence_length_is_read_at_probe_t
                                             f"runs no Paddle\nok: {path}\n")
     with pytest.raises(AssertionError, match="validate ran the data pass"):
         load_spec(path)  # a probe's reading does run it
+
+
+def test_a_damaged_length_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch):
+    import subprocess
+
+    from vramtune.dialects.paddleformers import lengths
+
+    runs = []
+
+    def child(command, **_):
+        runs.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout='{"longest": 7, "kept": 3, "sample": "hi"}\n')
+
+    monkeypatch.setattr(lengths.subprocess, "run", child)
+    data = tmp_path / "sft.jsonl"
+    data.write_text("{}\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cached = cache / f"{lengths.cache_key({}, str(tmp_path), [str(data)])}.json"
+    for damaged in ('{"longest": 7', "[]"):
+        cached.write_text(damaged)
+        assert lengths.longest_sample({}, str(tmp_path), [str(data)], cache) == {"longest": 7, "kept": 3,
+                                                                                 "sample": "hi"}
+        assert json.loads(cached.read_text()) == {"longest": 7, "kept": 3, "sample": "hi"}
+    assert len(runs) == 2
+    assert lengths.longest_sample({}, str(tmp_path), [str(data)], cache)["longest"] == 7 and len(runs) == 2

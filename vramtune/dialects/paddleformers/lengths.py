@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vramtune.files import write_atomic
+
 TIMEOUT = 600  # seconds for one pass over the training data
 SHOWN_CHARACTERS = 60
 
@@ -95,8 +97,9 @@ def cache_key(arguments: dict[str, Any], folder: str, datasets: list[str]) -> st
 def longest_sample(arguments: dict[str, Any], folder: str, datasets: list[str], cache: Path) -> dict[str, Any]:
     """Parent side: the longest kept sample, from the cache or a child run; {"error": ...} when it cannot run."""
     path = cache / f"{cache_key(arguments, folder, datasets)}.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
+    cached = _cached(path)
+    if cached is not None:
+        return cached
     arguments = {**arguments, "model_name_or_path": folder, "output_dir": str(cache), "device": "cpu",
                  "compute_type": "float32", "_attn_implementation": "eager", "sharding": "", "amp_master_grad": False}
     try:
@@ -108,8 +111,17 @@ def longest_sample(arguments: dict[str, Any], folder: str, datasets: list[str], 
         answer = {"error": f"{type(error).__name__}: {error}"[:300]}
     if "error" not in answer:
         cache.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(answer), encoding="utf-8")
+        write_atomic(path, json.dumps(answer))
     return answer
+
+
+def _cached(path: Path) -> dict[str, Any] | None:
+    """A cached answer; None when there is none or it cannot be read (torn, damaged: measured again)."""
+    try:
+        answer = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) and "longest" in answer else None
 
 
 if __name__ == "__main__":
