@@ -238,16 +238,11 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     prober = _Prober(spec, backend, cpu, scale, counts.shape, vocab, say)
     try:
         with file_lock(device_lock_path(cpu), say, f"probing on {cpu.name}"):
-            plain, recomputed, floor = _probe_activations(prober, depths, recompute_depths, counts,
-                                                          spec.settings["recompute"].enabled)
-            logits = _logits_per_entry(prober, depths[0], plain[0][1]) if vocab else 0.0
+            plain, recomputed, floor, logits = _probe_activations(prober, depths, recompute_depths, counts,
+                                                                  spec.settings["recompute"].enabled)
             ratio = prober.buffer_ratio(depths[-1], plain[-1][1]) if devices > 1 else 0.0
     finally:
         prober.close()
-    if logits:  # every point at the model's vocabulary: the same logits per sample added to each
-        extra = logits * (counts.shape["vocab_size"] - vocab)
-        plain = [(d, m, a + m * extra) for d, m, a in plain]
-        recomputed = [(d, m, a + m * extra) for d, m, a in recomputed]
     if not reduced and recomputed:
         counts.layers = recomputed[0][0]
     fit = ActivationFit.fit(plain, recomputed, scale, floor)
@@ -273,12 +268,14 @@ def _logits_per_entry(prober: _Prober, depth: int | None, micro: int) -> float:
 
 def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
                        counts: Counts, recompute: bool) -> tuple[list[tuple[int, int, float]],
-                                                                 list[tuple[int, int, float]], float]:
-    """(plain points, recomputed points, floor). At the first depth, two micro-batches where activations set the
-    peak: doubling from 1 while a transient the size of no activation (the embedding's gradient, an optimizer
-    temporary) sets it instead, its level the floor, and once more past it, since the first micro-batch above the
-    floor may still sit on it at its half. At the next depth, the smaller of the two. With every layer recomputed, at
-    each recompute depth, at the smaller (the larger, doubled while the floor sets the peak, where there is one)."""
+                                                                 list[tuple[int, int, float]], float, float]:
+    """(plain points, recomputed points, floor, the logits' bytes per sample and vocabulary entry), the points at
+    the model's vocabulary (probed at a reduced one where it is large). At the first depth, two micro-batches where
+    activations set the peak: doubling from 1 while a transient the size of no activation (the embedding's gradient,
+    an optimizer temporary) sets it instead, its level the floor, and once more past it, since the first micro-batch
+    above the floor may still sit on it at its half. At the next depth, the smaller of the two. With every layer
+    recomputed, at each recompute depth, at the smaller (the larger, doubled while the floor sets the peak, where
+    there is one)."""
     first = depths[0]
     sizes = [1, 2]
     for depth, micro in [(first, 1), (first, 2), *[(depth, 1) for depth in depths[1:]]]:
@@ -289,6 +286,8 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
         for depth in recompute_depths:
             if depth:
                 prober.ask(depth, 1, depth, "full")
+                if prober.vocab:
+                    prober.ask(depth, 1, depth, "full", vocab=2 * prober.vocab)
     measured = {m: prober.probe(first, m) for m in sizes}
     while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
            and sizes[-1] < MAX_MICRO_BATCH):
@@ -301,6 +300,9 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     small, large = sizes[-2:]
     plain = [(first or counts.layers, m, _activations(measured[m])) for m in (small, large)]
     plain += [(depth or counts.layers, small, _activations(prober.probe(depth, small))) for depth in depths[1:]]
+    per_entry = _logits_per_entry(prober, first, small) if prober.vocab else 0.0
+    vocab = counts.shape.get("vocab_size") or 0
+    plain = [(d, m, a + m * per_entry * (vocab - (prober.vocab or vocab))) for d, m, a in plain]
     facts = measured[small].facts_of("recompute")
     total = facts.get("total_blocks") or 0
     recomputed: list[tuple[int, int, float]] = []
@@ -313,8 +315,23 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
             while floor and _activations(result) < GROWTH * floor and micro < MAX_MICRO_BATCH:
                 micro *= 2
                 result = prober.probe(depth, micro, blocks, granularity)
-            recomputed.append((blocks, micro, _activations(result)))
-    return plain, recomputed, floor
+            recomputed.append((blocks, micro, _activations(result) if not prober.vocab
+                               else _recomputed_at(prober, (depth, micro, blocks, granularity), per_entry, vocab)))
+    return plain, recomputed, floor, per_entry
+
+
+def _recomputed_at(prober: _Prober, probe: tuple, per_entry: float, vocab: int) -> float:
+    """Recomputed activations at the model's vocabulary. With the layers recomputed, a small vocabulary's peak may be
+    a layer rebuilt in backward (which no vocabulary changes) rather than the logits: the probes' vocabulary doubles
+    until the larger of two grows with the logits, and that one is scaled back."""
+    micro, low = probe[1], prober.vocab or vocab
+    below = _activations(prober.probe(*probe, vocab=low))
+    while True:
+        high = min(2 * low, vocab)
+        above = _activations(prober.probe(*probe, vocab=high))
+        if above - below >= micro * per_entry * (high - low) / 2 or high == vocab:
+            return above + micro * per_entry * (vocab - high)
+        low, below = high, above
 
 
 def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
