@@ -331,3 +331,15 @@ def test_a_config_json_estimate_takes_the_saved_doctor_factors_too(doctor_cli):
     assert factors["source"].startswith("AMP O1 activations, AMP O2 activations, the allocator's reserve measured by "
                                         "vramtune doctor on fake A100 80GB")
     assert "predicted per-rank peaks within 57.0 GiB" in err  # the budget, less the headroom; the card's factors
+
+
+def test_the_models_own_recompute_is_checked_on_a_paddle_2_6_cpu_too(monkeypatch):
+    """Paddle 2.6 cannot keep the CPU's RNG state in recompute: the check runs the model's own recompute without it,
+    as probes do, instead of skipping it."""
+    from vramtune.doctor.recompute import CHECK
+    from vramtune.records import Device
+
+    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: "paddlenlp")
+    assert CHECK.parts(Device("cpu", 0, "cpu", 16 << 30, "2.6.2")) == ("wrapper", "native")
+    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: None)
+    assert CHECK.parts(Device("cpu", 0, "cpu", 16 << 30, "2.6.2")) == ("wrapper",)

@@ -65,11 +65,11 @@ def test_doctor_on_this_cpu_measures_what_applies_and_saves_it(private_cache):
                                     "float32")
     assert all(f["o1_matmul"] == f["o2_weight"] == "float32" for f in amp["figures"]["dtypes"].values())
     recompute = checks["recompute"]["figures"]
-    for pair in recompute.values():  # vramtune's wrapper; PaddleFormers' own recompute where it runs (Paddle 3)
+    for pair in recompute.values():  # vramtune's wrapper; PaddleFormers' (3.3.1) or PaddleNLP's (2.6) own
         plain, recomputed = pair["plain"], pair["recomputed"]
         assert plain["base"] == recomputed["base"]  # the same weights and optimizer state
         assert 0 < recomputed["activations"] < 0.8 * plain["activations"]
-    native = native_skip(Device.from_json(result["device"]))  # Paddle 3.3.1: PaddleFormers'; 2.6 on CPU: none
+    native = native_skip(Device.from_json(result["device"]))  # Paddle 3.3.1: PaddleFormers'; 2.6: PaddleNLP's
     assert list(recompute) == ["wrapper"] + ([] if native else ["native"])
     for name in ("device", "counters", "amp", "recompute"):
         assert checks[name]["seconds"] > 0

@@ -41,13 +41,9 @@ def _installed(name: str) -> bool:
 
 
 def native_skip(device: Device) -> str | None:
-    """Why the model's own recompute is not checked here."""
-    if library() is None:
-        return "PaddleFormers / PaddleNLP not installed: their own recompute not checked"
-    if device.kind == "cpu" and int(device.paddle_version.split(".")[0]) == 2:
-        return ("Paddle 2.6 cannot restore the CPU's RNG state in recompute: the model's own recompute is checked "
-                "on a GPU")
-    return None
+    """Why the model's own recompute is not checked here. (On Paddle 2.6's CPU, which cannot keep the RNG state in
+    recompute, it is checked without it, as probes run it: mechanisms/recompute/native.py configure().)"""
+    return None if library() else "PaddleFormers / PaddleNLP not installed: their own recompute not checked"
 
 
 def _pair(device: Device, build: Callable[[bool], Any], loss: Callable[[Any], Any] | None = None) -> dict[str, Any]:
