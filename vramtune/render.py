@@ -126,16 +126,14 @@ def choice_line(report: Report) -> str:
     chosen, limit, budget = report.chosen, report.limit, report.budget
     headroom = f"budget {format_bytes(budget.bytes)} less {budget.headroom:.0%} headroom"
     if chosen:
-        strategy, used = chosen.strategy, chosen.used_bytes
-        granularity, stage = strategy.recompute_granularity, strategy.sharding_stage
-        return (f"chosen: {strategy.precision}, micro-batch {strategy.micro_batch} x accumulation "
-                f"{strategy.accumulation}" + (f" x {strategy.devices} devices" if strategy.devices > 1 else "")
-                + f" = {report.target_batch}, recompute {strategy.recomputed_blocks}/"
-                f"{chosen.facts_of('recompute').get('total_blocks') or 0} blocks"
-                + (f" ({granularity})" if granularity != "full" else "")
-                + (f", sharding stage {stage}" if stage else "")
-                + f"; peak {format_bytes(used)} of {format_bytes(limit)} ({used / limit:.0%}; {headroom}), "
-                f"{chosen.samples_per_sec:.1f} samples/s")
+        used = chosen.used_bytes
+        words: dict[str, list[str]] = {"what": [], "batch": [], "memory": []}
+        for mechanism in MECHANISMS:
+            if said := mechanism.phrase(chosen.strategy, chosen.facts_of(mechanism.name)):
+                words[said[0]].append(said[1])
+        batch = " x ".join(words["batch"]) + f" = {report.target_batch}"
+        return (f"chosen: {', '.join([*words['what'], batch, *words['memory']])}; peak {format_bytes(used)} of "
+                f"{format_bytes(limit)} ({used / limit:.0%}; {headroom}), {chosen.samples_per_sec:.1f} samples/s")
     return f"nothing fits {format_bytes(limit)} ({headroom}) at target batch {report.target_batch}."
 
 
@@ -184,9 +182,9 @@ def render_measure(result: ProbeResult, verbose: bool = False) -> None:
             + f" (budget {format_bytes(result.budget_bytes)})")
         say(f"  {result.step_seconds:.3f}s per optimizer step, {result.samples_per_sec:.1f} "
             f"samples/s, loss {result.loss}")
-    total = result.facts_of("recompute").get("total_blocks")
-    if total is not None:
-        say(f"  repeated blocks found: {total}")
+    for mechanism in MECHANISMS:
+        for line in mechanism.measured_lines(result.facts_of(mechanism.name)):
+            say(f"  {line}")
     if result.error:
         say(f"  {result.error}")
     if result.device:

@@ -59,6 +59,9 @@ class Accumulation(Mechanism):
     def label(self, strategy, facts) -> str:
         return f"m={strategy.micro_batch} k={strategy.accumulation}"
 
+    def phrase(self, strategy, facts) -> tuple[str, str]:
+        return "batch", f"micro-batch {strategy.micro_batch} x accumulation {strategy.accumulation}"
+
     def smoke(self, strategy) -> dict:
         return {"micro_batch": 1, "accumulation": min(strategy.accumulation, SMOKE_MAX_ACCUMULATION)}
 

@@ -162,6 +162,15 @@ class Mechanism:
         """Why a result whose training peak fits does not fit after all (a phase of its own), or None."""
         return None
 
+    def phrase(self, strategy: Strategy, facts: Facts) -> tuple[str, str] | None:
+        """Its words in the one-line answer ("chosen: ..."), as (place, words): "what" before the batch, "batch"
+        inside it (joined with " x "), "memory" after it; None when it adds nothing."""
+        return None
+
+    def measured_lines(self, facts: Facts) -> list[str]:
+        """What `vramtune measure` says of its facts about the model (e.g. the repeated blocks found)."""
+        return []
+
     def describe(self, result: ProbeResult) -> list[str]:
         """Lines about a chosen result for the report."""
         return []

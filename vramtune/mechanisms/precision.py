@@ -109,6 +109,9 @@ class Precision(Mechanism):
     def label(self, strategy, facts) -> str:
         return strategy.precision
 
+    def phrase(self, strategy, facts) -> tuple[str, str]:
+        return "what", strategy.precision
+
     def smoke(self, strategy) -> dict[str, Any]:
         return {"precision": "fp32"}  # AMP is not checked on CPU
 

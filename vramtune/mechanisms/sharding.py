@@ -30,6 +30,9 @@ class Sharding(Mechanism):
     def label(self, strategy, facts) -> str:
         return f"s={strategy.sharding_stage}" if strategy.sharding_stage else ""
 
+    def phrase(self, strategy, facts) -> tuple[str, str] | None:
+        return ("memory", f"sharding stage {strategy.sharding_stage}") if strategy.sharding_stage else None
+
     def smoke(self, strategy) -> dict:
         return {"sharding_stage": 0}
 

@@ -29,6 +29,9 @@ class DataParallel(Mechanism):
     def label(self, strategy, facts) -> str:
         return f"n={strategy.devices}" if strategy.devices > 1 else ""
 
+    def phrase(self, strategy, facts) -> tuple[str, str] | None:
+        return ("batch", f"{strategy.devices} devices") if strategy.devices > 1 else None
+
     def smoke(self, strategy) -> dict:
         return {"devices": 1}
 

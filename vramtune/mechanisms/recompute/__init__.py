@@ -62,6 +62,15 @@ class Recompute(Mechanism):
         return (f"r={strategy.recomputed_blocks}" + (f"/{total}" if total else "")
                 + (f":{granularity}" if granularity != "full" else ""))
 
+    def phrase(self, strategy, facts) -> tuple[str, str]:
+        granularity = strategy.recompute_granularity
+        return "memory", (f"recompute {strategy.recomputed_blocks}/{facts.get('total_blocks') or 0} blocks"
+                          + (f" ({granularity})" if granularity != "full" else ""))
+
+    def measured_lines(self, facts) -> list[str]:
+        total = facts.get("total_blocks")
+        return [] if total is None else [f"repeated blocks found: {total}"]
+
     def weight(self, strategy) -> int:
         return strategy.recomputed_blocks
 
