@@ -1,6 +1,6 @@
 # Two environments, one per supported Paddle x NLP-stack pair (docs/environments.md); `make demo` and `make test`
 # work on a fresh machine:
-#   .venv    the newest Paddle 3.x CPU wheel + PaddleFormers 1.2 (the Paddle 3 stack)
+#   .venv    the newest Paddle 3.x CPU wheel + PaddleFormers 1.2 (the Paddle 3 stack) + what the kits import
 #   .venv26  Paddle 2.6.2 (what PyPI's only GPU wheel is) + PaddleNLP 2.8.1 with its pins
 # Each is reinstalled when pyproject.toml or this file changes (the stamp's name is their checksum).
 PYTHON ?= python3
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip uninstall --quiet --yes paddlenlp
-	$(BIN)/python -m pip install --quiet 'paddlepaddle==$(PADDLE3)' -e '.[cpu,formers,dev]'
+	$(BIN)/python -m pip install --quiet 'paddlepaddle==$(PADDLE3)' -e '.[cpu,formers,kits,dev]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
