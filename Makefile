@@ -36,9 +36,9 @@ install: $(STAMP)
 
 install26: $(STAMP26)
 
-# The demo config is a PaddleNLP model (bert-mini): it runs in .venv26, where PaddleNLP lives.
-demo: install26
-	$(BIN26)/vramtune probe configs/bert-mini-cpu.yaml
+# The demo: a PaddleFormers SFT + LoRA config as PaddleFormers' examples shape it, on a tiny local Llama (Paddle 3 stack).
+demo: install
+	$(BIN)/vramtune probe configs/formers-sft-lora-cpu.yaml --budget 4MiB
 
 # The whole suite on Paddle 3.x (PaddleNLP's tests skip there), then the Paddle tests on Paddle 2.6.2 with
 # PaddleNLP 2.8.1 (PaddleFormers' tests skip there), each over two pytest workers (pytest-xdist; every test has
