@@ -67,3 +67,45 @@ def test_a_kit_that_cannot_accumulate_gets_the_largest_batch_that_fits(fake_cli,
     answer = json.loads(stdout)
     assert answer["exported"]["micro_batch"] == answer["chosen"]["micro_batch"] == 4
     assert diff(OCR / MOBILE, out) == ["-    first_bs: &bs 128", "+    first_bs: &bs 4"]
+
+
+@pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
+def test_amp_chosen_for_a_config_without_an_amp_section_writes_the_section(fake_cli, tmp_path):
+    checkout = tmp_path / "PaddleClas"
+    checkout.mkdir()
+    for part in ("ppcls", "tools"):
+        (checkout / part).symlink_to(CLAS / part)
+    config = yaml.safe_load((CLAS / VIT).read_text())
+    del config["AMP"]
+    mine = checkout / "vit.yaml"
+    mine.write_text(yaml.safe_dump(config, sort_keys=False))
+    cli, _ = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB, amp_factor=0.5, amp_speed=2.0))
+    out = tmp_path / "tuned.yaml"
+    code, _, stderr = cli("apply", mine, "--budget", "35MiB", "-o", out, "-O", "DataLoader.Train.sampler.batch_size=8")
+    assert code == 0, stderr
+    tuned = yaml.safe_load(out.read_text())
+    assert tuned["AMP"]["use_amp"] is True and tuned["AMP"]["level"] in ("O1", "O2")
+    assert tuned["AMP"]["scale_loss"] == 128.0 and tuned["AMP"]["use_dynamic_loss_scaling"] is True
+
+
+@pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
+def test_an_override_whose_value_is_not_yaml_is_bad_input(fake_cli):
+    cli, backend = fake_cli(FakeDevice())
+    code, _, stderr = cli("probe", OCR / MOBILE, "--budget", "1GiB", "-O", "Global.epoch_num=[oops")
+    assert code == 2, stderr
+    assert "override 'Global.epoch_num=[oops': its value does not parse as the kit reads it" in " ".join(stderr.split())
+    assert not backend.jobs
+
+
+@pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
+def test_an_override_of_a_key_that_moved_with_the_anchor_is_not_passed_again(fake_cli, tmp_path):
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    out = tmp_path / "rec.yml"
+    code, _, stderr = cli("apply", OCR / MOBILE, "--device", "cpu", "--budget", "35MiB", "-o", out,
+                          "-O", "Train.sampler.first_bs=8", "-O", "Train.loader.batch_size_per_card=8",
+                          "-O", "Global.epoch_num=1")
+    assert code == 0, stderr
+    said = " ".join(stderr.split())
+    assert "-o Train.sampler.first_bs=8 -o Train.loader.batch_size_per_card=8: tuned in the file now" in said
+    command = said.split("train the tuned file with the kit: ")[1]
+    assert "Global.epoch_num=1" in command and "batch_size_per_card" not in command

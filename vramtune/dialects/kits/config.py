@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from vramtune.sources.base import Source
 
 
@@ -83,7 +85,10 @@ def split_option(option: str, parse: Callable[[str], Any] = literal) -> tuple[st
     key, equals, text = option.partition("=")
     if not equals or not key:
         raise KitError(f"override {option!r}: must be Key=value (dotted keys, e.g. Global.epochs=1)")
-    return key, parse(text)
+    try:
+        return key, parse(text)
+    except (ValueError, SyntaxError, yaml.YAMLError) as error:
+        raise KitError(f"override {option!r}: its value does not parse as the kit reads it ({error})") from None
 
 
 def set_key(raw: Any, dotted: str, value: Any) -> None:

@@ -88,7 +88,11 @@ class PaddleClas(Kit):
         if strategy.to_static:
             changes["Global.to_static"] = True
         if strategy.precision != "fp32":
-            changes.update({"AMP.use_amp": True, "AMP.level": "O2" if strategy.precision.endswith("-o2") else "O1"})
+            amp = {"use_amp": True, "level": "O2" if strategy.precision.endswith("-o2") else "O1"}
+            if isinstance(raw.get("AMP"), dict):
+                changes.update({f"AMP.{key}": value for key, value in amp.items()})
+            else:  # no AMP section yet: the whole section, as the kit's configs write it
+                changes["AMP"] = {"scale_loss": 128.0, "use_dynamic_loss_scaling": True, **amp}
         elif amp_on(raw):
             changes["AMP.use_amp"] = False
         return changes, []
