@@ -55,7 +55,7 @@ def _set_one(text: str, dotted: str, value: Any, kind: str) -> tuple[str, list[s
     followers = [path for path, other in _walk(root, "") if other is node and path != dotted]
     start, end = node.start_mark.index, node.end_mark.index
     anchor = _anchor_prefix(text[start:end])
-    return text[:start] + anchor + _render(value, kind) + text[end:], followers
+    return text[:start] + anchor + value_text(value, kind) + text[end:], followers
 
 
 def _composes(text: str) -> bool:
@@ -149,7 +149,8 @@ def _anchor_prefix(source: str) -> str:
     return name + " "
 
 
-def _render(value: Any, kind: str) -> str:
+def value_text(value: Any, kind: str = "yaml") -> str:
+    """A value as one line of the file's kind (a YAML flow scalar or collection, or JSON)."""
     if kind == "json":
         return json.dumps(value)
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 16, allow_unicode=True)
@@ -167,7 +168,7 @@ def _insert(text: str, mapping: yaml.MappingNode, key: str, value: Any, kind: st
         body = text[:close].rstrip()
         indent = _json_indent(text, mapping)
         separator = "," if mapping.value else ""
-        entry = f'{json.dumps(key)}: {_render(value, "json")}' if kind == "json" else f"{key}: {_render(value, kind)}"
+        entry = f"{json.dumps(key) if kind == 'json' else key}: {value_text(value, kind)}"
         newline = f"\n{indent}" if indent is not None else " "
         closing = text[len(body):close] if indent is not None else " "
         return body + separator + newline + entry + closing + text[close:]
@@ -176,7 +177,7 @@ def _insert(text: str, mapping: yaml.MappingNode, key: str, value: Any, kind: st
     column = mapping.value[0][0].start_mark.column
     last_end = _deepest_end(mapping.value[-1][1])
     at = _line_end(text, last_end)
-    return text[:at] + "\n" + " " * column + f"{key}: {_render(value, kind)}" + text[at:]
+    return text[:at] + "\n" + " " * column + f"{key}: {value_text(value, kind)}" + text[at:]
 
 
 def _json_indent(text: str, mapping: yaml.MappingNode) -> str | None:

@@ -13,10 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
-from vramtune.export.roundtrip import DELETE, set_keys
+from vramtune.export.roundtrip import DELETE, set_keys, value_text
 from vramtune.mechanisms.precision import dtype_of, level_of
 from vramtune.report import Report, Tuned
 
@@ -61,19 +59,12 @@ def command_warnings(config: dict[str, Any], arguments: dict[str, Any], tuned: s
     overrides = {key: value for key, value in arguments.items() if key not in config or config[key] != value}
     if not overrides:
         return []
-    given = [f"{key}={_scalar(value)}" for key, value in overrides.items()]
+    given = [f"{key}={'' if value is None else value_text(value)}" for key, value in overrides.items()]  # YAML
     kept = [item for item, key in zip(given, overrides) if key not in tuned]
     overriding = [item for item, key in zip(given, overrides) if key in tuned]
     warnings = [f"{' '.join(overriding)}: tuned in the file now; passing them again would override the tuned "
                 "value"] if overriding else []
     return [*warnings, "train the tuned file with: " + shlex.join(["paddleformers-cli", "train", "TUNED_FILE", *kept])]
-
-
-def _scalar(value: Any) -> str:
-    """A value as paddleformers-cli reads `key=value` (a YAML scalar)."""
-    if value is None:
-        return ""
-    return yaml.safe_dump(value, default_flow_style=True, width=1 << 16).removesuffix("\n").removesuffix("\n...")
 
 
 def output_name(spec_path: Path) -> str:
