@@ -109,3 +109,12 @@ def test_an_override_of_a_key_that_moved_with_the_anchor_is_not_passed_again(fak
     assert "-o Train.sampler.first_bs=8 -o Train.loader.batch_size_per_card=8: tuned in the file now" in said
     command = said.split("train the tuned file with the kit: ")[1]
     assert "Global.epoch_num=1" in command and "batch_size_per_card" not in command
+
+
+@pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
+def test_the_learning_rate_advice_is_per_card_on_several_devices(fake_cli, tmp_path):
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("apply", OCR / MOBILE, "--device", "cpu", "--budget", "35MiB", "--devices", "2",
+                          "-o", tmp_path / "rec.yml", "-O", "Train.sampler.first_bs=8")
+    assert code == 0, stderr
+    assert "the effective batch falls from 8 to 4 per card" in " ".join(stderr.split())

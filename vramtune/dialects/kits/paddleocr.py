@@ -104,7 +104,7 @@ class PaddleOCR(Kit):
 
     def changes(self, raw, tuned):
         strategy, facts = tuned.strategy, tuned.facts_of("evaluation")
-        target = strategy.batch
+        target = strategy.batch // strategy.devices  # per card, as the kit's batch keys are
         changes: dict[str, Any] = {batch_key(raw): strategy.micro_batch}
         warnings = [LR_ADVICE.format(target=target, batch=strategy.micro_batch,
                                      ratio=strategy.micro_batch / target)] if strategy.micro_batch < target else []
