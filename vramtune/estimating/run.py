@@ -8,6 +8,7 @@ two reduced vocabularies, scale the activations back (linear to the byte on Llam
 from __future__ import annotations
 
 import copy
+import math
 import queue
 import statistics
 import time
@@ -37,6 +38,7 @@ MAX_MICRO_BATCH = 64
 PROBE_BUDGET = 1 << 40  # CPU budgets are virtual: probes are measured, never judged here
 SIDE_BY_SIDE = 2  # probes at once: each is its own process and peak; more would add memory, not answers
 LARGE_LOGITS = 1 << 27  # a sample's fp32 logits (sequence x vocabulary x 4 bytes) from which the vocabulary is reduced
+ROUND_VOCAB = 64  # a recompute probe's raised vocabulary: a multiple of this
 VOCAB_DIVISOR = 16  # the probes' vocabulary: the model's over this (Llama-2's 32000 -> 2000, Llama-3's 128256 -> 8016)
 Say = Callable[[str], None]
 
@@ -286,8 +288,6 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
         for depth in recompute_depths:
             if depth:
                 prober.ask(depth, 1, depth, "full")
-                if prober.vocab:
-                    prober.ask(depth, 1, depth, "full", vocab=2 * prober.vocab)
     measured = {m: prober.probe(first, m) for m in sizes}
     while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
            and sizes[-1] < MAX_MICRO_BATCH):
@@ -302,6 +302,7 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     plain += [(depth or counts.layers, small, _activations(prober.probe(depth, small))) for depth in depths[1:]]
     per_entry = _logits_per_entry(prober, first, small) if prober.vocab else 0.0
     vocab = counts.shape.get("vocab_size") or 0
+    probed = ActivationFit.fit(plain, [], 1.0)
     plain = [(d, m, a + m * per_entry * (vocab - (prober.vocab or vocab))) for d, m, a in plain]
     facts = measured[small].facts_of("recompute")
     total = facts.get("total_blocks") or 0
@@ -316,22 +317,28 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
                 micro *= 2
                 result = prober.probe(depth, micro, blocks, granularity)
             recomputed.append((blocks, micro, _activations(result) if not prober.vocab
-                               else _recomputed_at(prober, (depth, micro, blocks, granularity), per_entry, vocab)))
+                               else _recomputed_at(prober, (depth, micro, blocks, granularity), per_entry, vocab,
+                                                   probed.a0 + micro * probed.b0)))
     return plain, recomputed, floor, per_entry
 
 
-def _recomputed_at(prober: _Prober, probe: tuple, per_entry: float, vocab: int) -> float:
+def _recomputed_at(prober: _Prober, probe: tuple, per_entry: float, vocab: int, outside: float) -> float:
     """Recomputed activations at the model's vocabulary. With the layers recomputed, a small vocabulary's peak may be
-    a layer rebuilt in backward (which no vocabulary changes) rather than the logits: the probes' vocabulary doubles
-    until the larger of two grows with the logits, and that one is scaled back."""
+    a layer rebuilt in backward (which no vocabulary changes) rather than the logits: the next probe's vocabulary is
+    where the logits moment, at least `outside` (the plain probes' activations outside the layers, at the probes'
+    vocabulary) plus the logits added, passes that peak by a quarter; doubled while the peak does not grow with it;
+    then scaled back."""
     micro, low = probe[1], prober.vocab or vocab
     below = _activations(prober.probe(*probe, vocab=low))
+    if per_entry <= 0:  # no logits over the vocabulary (a classifier): nothing to scale
+        return below
+    high = low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, below - outside) / (micro * per_entry * ROUND_VOCAB))
     while True:
-        high = min(2 * low, vocab)
+        high = min(high, vocab)
         above = _activations(prober.probe(*probe, vocab=high))
-        if above - below >= micro * per_entry * (high - low) / 2 or high == vocab:
+        if above - below > micro * per_entry * (high - low) / 8 or high == vocab:
             return above + micro * per_entry * (vocab - high)
-        low, below = high, above
+        low, below, high = high, above, 2 * high
 
 
 def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
