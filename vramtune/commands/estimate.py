@@ -4,20 +4,24 @@ a PaddleFormers config, from the sizes alone (nothing built, no probe)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from vramtune import render
 from vramtune.commands import common
+from vramtune.dialects.kits import KITS
+from vramtune.dialects.kits import export as kit_export
 from vramtune.estimating.answer import answer
 from vramtune.estimating.answer_render import render_answer
 from vramtune.estimating.asking import question
+from vramtune.estimating.model import Row
 from vramtune.estimating.run import estimate, gpu_probes
 from vramtune.records import ProbeResult
 from vramtune.runner import Backend
-from vramtune.spec import Problem, SpecError
+from vramtune.spec import Problem, Spec, SpecError
 from vramtune.store import StoreError
+from vramtune.strategy import Strategy
 from vramtune.units import SizeError, parse_size
 
 
@@ -38,6 +42,20 @@ def _calibration(path: Path) -> list[ProbeResult]:
         raise StoreError(f"--calibrate {path}: {error}") from None
 
 
+def _kit_options(spec: Spec, best: Row) -> list[str] | None:
+    """A kit config's predicted best as the kit's own overrides, said (None: not a kit config)."""
+    if spec.source not in kit_export.SOURCES:
+        return None
+    strategy = Strategy(precision=best.precision, micro_batch=best.micro_batch, accumulation=best.accumulation,
+                        devices=best.devices)
+    options, warnings = kit_export.estimate_options(spec, strategy)
+    kit = KITS[spec.source]
+    render.say(f"as the kit's overrides (the evaluation batch is not estimated):{kit.command_options(options)}")
+    for warning in warnings:
+        render.warn(warning)
+    return options
+
+
 def register(app: typer.Typer, backend: Backend) -> None:
     @app.command("estimate")
     @common.exits_cleanly
@@ -56,6 +74,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                             "step and device (default 8; a PaddleFormers config: "
                                             "per_device_train_batch_size x gradient_accumulation_steps)"),
         json_output: bool = common.JsonOpt,
+        kit_options: Optional[List[str]] = common.KitOpt,
     ) -> None:
         """Estimate every strategy's per-rank peak on a card, without the card (CPU probes, counted state; for a
         model folder, a config.json or a PaddleFormers config: counted from the sizes, no probe)."""
@@ -74,9 +93,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 raise SpecError([Problem(str(spec_path), flag, "applies to a model folder, a config.json or a "
                                                               "PaddleFormers config: a spec's sequence length and "
                                                               "target batch are its own (edit them in the file)")])
-        spec = common.load(spec_path, {"devices": devices} if devices else None)
+        spec = common.load(spec_path, {"kit.options": kit_options, **({"devices": devices} if devices else {})})
         result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
         render.render_estimate(result)
+        kit = _kit_options(spec, result.best) if result.best else None
         if json_output:
-            render.emit_json(result.to_json())
+            render.emit_json({**result.to_json(), **({"kit_options": kit} if kit is not None else {})})
         raise typer.Exit(common.EXIT_OK if result.best else common.EXIT_NO_FIT)

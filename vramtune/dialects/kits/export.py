@@ -67,3 +67,15 @@ def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
         warnings.append(f"-o {' -o '.join(overridden)}: tuned in the file now; do not pass them to the kit again")
     warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys))
     return tuned, warnings
+
+
+def estimate_options(spec: Any, strategy: Any) -> tuple[list[str], list[str]]:
+    """`estimate`'s predicted best as the kit's own -o Key=value overrides (what `apply` would change in the file;
+    the evaluation batch is not estimated), and what the user must know (PaddleOCR: the smaller batch's learning
+    rate)."""
+    from vramtune.dialects.kits import KITS
+    from vramtune.export.roundtrip import value_text
+
+    raw = yaml.safe_load(Path(spec.model.config).read_text(encoding="utf-8"))
+    changes, warnings = KITS[spec.source].changes(raw, Tuned(strategy=strategy))
+    return [f"{key}={value_text(value)}" for key, value in changes.items()], warnings
