@@ -44,6 +44,10 @@ class Kit:
         """A -o value as the kit's tools/train.py reads it."""
         return literal(text)
 
+    def option_text(self, value: Any) -> str:
+        """A value as a -o override's text that `value` reads back (a Python literal; a string as it is)."""
+        return value if isinstance(value, str) else repr(value)
+
     def command_options(self, options: list[str]) -> str:
         """The -o part of the kit's command line for these overrides."""
         import shlex

@@ -74,8 +74,7 @@ def estimate_options(spec: Any, strategy: Any) -> tuple[list[str], list[str]]:
     the evaluation batch is not estimated), and what the user must know (PaddleOCR: the smaller batch's learning
     rate)."""
     from vramtune.dialects.kits import KITS
-    from vramtune.export.roundtrip import value_text
 
-    raw = yaml.safe_load(Path(spec.model.config).read_text(encoding="utf-8"))
-    changes, warnings = KITS[spec.source].changes(raw, Tuned(strategy=strategy))
-    return [f"{key}={value_text(value)}" for key, value in changes.items()], warnings
+    kit, raw = KITS[spec.source], yaml.safe_load(Path(spec.model.config).read_text(encoding="utf-8"))
+    changes, warnings = kit.changes(raw, Tuned(strategy=strategy))
+    return [f"{key}={kit.option_text(value)}" for key, value in changes.items()], warnings

@@ -70,6 +70,11 @@ class PaddleOCR(Kit):
         """tools/program.py reads -o values as YAML, all of them after one -o."""
         return yaml.safe_load(text)
 
+    def option_text(self, value: Any) -> str:
+        from vramtune.export.roundtrip import value_text
+
+        return value_text(value)
+
     def spec(self, raw, path, options):
         config = apply_options(raw, options, self.value)
         model_type = get_key(config, "Architecture.model_type")

@@ -1,0 +1,61 @@
+"""`vramtune estimate` on a kit config: the kit's overrides (-O), the predicted best said as the kit's own overrides,
+bad input; and, with real Paddle, the estimate of the config's batch against a real probe of it."""
+from __future__ import annotations
+
+import json
+
+import kit_client as client
+import pytest
+from fakes import FakeDevice, MiB
+
+OCR, CLAS = client.kit("PaddleOCR"), client.kit("PaddleClas")
+needs_clas = pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
+needs_ocr = pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
+RESNET = "ppcls/configs/ImageNet/ResNet/ResNet50.yaml"
+MOBILE = "configs/rec/PP-OCRv5/PP-OCRv5_mobile_rec.yml"
+# ResNet50 at 32 px, 10 classes, batch 32, no evaluation (estimate does not estimate it)
+SMALL_RESNET = ["DataLoader.Train.dataset.transform_ops.1.RandCropImage.size=32", "Arch.class_num=10",
+                "DataLoader.Train.sampler.batch_size=32", "Global.eval_during_train=False"]
+
+
+def options(pairs: list[str]) -> list[str]:
+    return [part for pair in pairs for part in ("-O", pair)]
+
+
+@needs_clas
+def test_paddleclas_estimate_takes_the_overrides_and_says_the_best_as_the_kits_keys(fake_cli):
+    cli, backend = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=MiB))
+    code, out, err = cli("estimate", CLAS / RESNET, "--card", "1GiB", *options(SMALL_RESNET), "--json")
+    assert code == 0, err
+    assert {tuple(job.model["options"]) for job in backend.jobs} == {tuple(SMALL_RESNET)}
+    report = json.loads(out)
+    assert report["best"]["precision"] == "fp16-o2" and report["best"]["micro_batch"] == 32  # the config's batch
+    # the kit reads -o values as Python literals: True, not YAML's true
+    assert report["kit_options"] == ["DataLoader.Train.sampler.batch_size=32", "AMP.use_amp=True", "AMP.level=O2"]
+    said = " ".join(err.split())
+    assert ("as the kit's overrides (the evaluation batch is not estimated): -o "
+            "DataLoader.Train.sampler.batch_size=32 -o AMP.use_amp=True -o AMP.level=O2") in said
+
+
+@needs_ocr
+def test_paddleocr_estimate_below_the_configs_batch_says_the_learning_rate(fake_cli):
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, out, err = cli("estimate", OCR / MOBILE, "--card", "40MiB", "-O", "Train.sampler.first_bs=16", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    best = report["best"]
+    assert (best["precision"], best["micro_batch"], best["accumulation"]) == ("bf16-o2", 8, 2)
+    # the kit reads -o values as YAML; it cannot accumulate: the batch it trains is 8, and the learning rate follows
+    assert report["kit_options"] == ["Train.sampler.first_bs=8", "Global.use_amp=true", "Global.amp_level=O2",
+                                     "Global.amp_dtype=bfloat16"]
+    said = " ".join(err.split())
+    assert "the effective batch falls from 16 to 8 per card" in said and "x0.5 here" in said
+
+
+@needs_clas
+def test_a_bad_override_is_bad_input(fake_cli):
+    cli, backend = fake_cli(FakeDevice())
+    code, out, err = cli("estimate", CLAS / RESNET, "--card", "24GiB", "-O", "Global.epochs")
+    assert (code, out, backend.jobs) == (2, "", []) and "must be Key=value" in err
+    code, out, err = cli("estimate", CLAS / RESNET, "--card", "24GiB", "-O", "DataLoader.Train.sampler.batch_size=0")
+    assert (code, out, backend.jobs) == (2, "", []) and "must be a positive integer, got 0" in err
