@@ -25,6 +25,7 @@ from vramtune.report import Report
 from vramtune.runner import DeviceError
 from vramtune.search import BuildFailure
 from vramtune.session import job_for, unsupported
+from vramtune.sources import SOURCES
 from vramtune.spec import Spec, apply_overrides, spec_from_dict
 from vramtune.store import device_lock_path, file_lock
 from vramtune.strategy import Strategy
@@ -96,9 +97,11 @@ def width_scale(counts: Counts, base: Counts) -> float:
 
 def _probe_spec(spec: Spec, depth: int | None, scale: float, shape: dict[str, Any], vocab: int | None = None) -> Spec:
     """The spec shrunk for a probe: depth layers (None: as it is), width x scale, a vocabulary of `vocab` entries
-    (None: the model's), on CPU, one warmup and one measured step, no evaluation."""
+    (None: the model's), on CPU, one warmup and one measured step (the spec's steps where its steps take turns
+    over input shapes), no evaluation."""
+    steps = spec.probe.steps if SOURCES[spec.source].shapes_per_step else 1
     raw = apply_overrides(spec.raw, {"device": "cpu", "budget": PROBE_BUDGET, "headroom": 0.0, "devices": 1,
-                                     "probe.steps": 1, "probe.warmup": 1})
+                                     "probe.steps": steps, "probe.warmup": 1})
     raw.get("train", {}).pop("evaluation", None)
     overrides = dict(raw["model"].get("overrides") or {})
     key = _layer_key(shape)

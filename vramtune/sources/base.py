@@ -26,6 +26,8 @@ class Source:
     name: str = ""
     settings: type  # a dataclass holding the source's model and data keys
     modules: tuple[str, ...] = ()  # what its builder imports (a warm worker imports them once, before forking)
+    shapes_per_step: bool = False  # its steps take turns over input shapes (a multi-scale sampler): the estimate's
+    # probes measure the spec's steps, every shape, not one
 
     def read(self, model: Section, data: Section) -> Any:
         """The settings from the spec's sections; problems are recorded on the sections."""

@@ -167,6 +167,7 @@ def encoded_sample(config: dict[str, Any], characters: list[str]) -> dict[str, A
 
 class PaddleOCRSource(KitSource):
     name = "paddleocr"
+    shapes_per_step = True  # a multi-scale sampler's scales take turns
 
     def build(self, settings, spec_dir, configure):
         import numpy as np
