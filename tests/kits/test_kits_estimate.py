@@ -3,6 +3,9 @@ bad input; and, with real Paddle, the estimate of the config's batch against a r
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import kit_client as client
 import pytest
@@ -59,3 +62,47 @@ def test_a_bad_override_is_bad_input(fake_cli):
     assert (code, out, backend.jobs) == (2, "", []) and "must be Key=value" in err
     code, out, err = cli("estimate", CLAS / RESNET, "--card", "24GiB", "-O", "DataLoader.Train.sampler.batch_size=0")
     assert (code, out, backend.jobs) == (2, "", []) and "must be a positive integer, got 0" in err
+
+
+def run_vramtune(*arguments: str, cwd: Path) -> dict:
+    """A vramtune command's --json answer, run as a user runs it (in the kit's checkout)."""
+    done = subprocess.run([sys.executable, "-m", "vramtune", *arguments, "--json"], cwd=cwd, capture_output=True,
+                          text=True, timeout=900, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.paddle
+@needs_clas
+@pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
+def test_paddleclas_estimate_of_the_configs_batch_is_what_a_probe_measures(tmp_path):
+    """ResNet50 32 px, batch 32: the kit's model counted lazily (every parameter, BatchNorm's statistics too), CPU
+    probes at full depth (a kit model has no depth to reduce), fp32 at the config's batch against a real probe."""
+    config = str(CLAS / RESNET)
+    estimate = run_vramtune("estimate", config, "--card", "24GiB", *options(SMALL_RESNET), cwd=tmp_path)
+    assert estimate["counts"]["params"] == 23_581_642 and estimate["counts"]["trainable"] == 23_528_522
+    assert estimate["depth_probed"] == "full depth"
+    predicted = next(row for row in estimate["rows"] if (row["precision"], row["micro_batch"]) == ("fp32", 32))
+    assert predicted["optimizer_state"] == 4 * 23_528_522  # Momentum: one velocity per trained weight
+    measured = run_vramtune("measure", config, *options(SMALL_RESNET), "--device", "cpu", "--budget", "4GiB",
+                            "-m", "32", cwd=tmp_path)
+    assert predicted["peak_bytes"] == pytest.approx(measured["peak_bytes"], rel=0.03)
+    assert estimate["kit_options"] == ["DataLoader.Train.sampler.batch_size=32", "AMP.use_amp=True", "AMP.level=O2"]
+
+
+@pytest.mark.paddle
+@needs_ocr
+@pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
+def test_paddleocr_estimate_probes_every_scale_and_predicts_what_a_probe_measures(tmp_path):
+    """PP-OCRv5 mobile at first_bs 2 (scales 32/48/64 px high at 2/1/1): the probes train every scale (one step
+    would see one, and the estimate fell 15% short at first_bs 4); fp32 at the config's batch against a real probe."""
+    config, shape = str(OCR / MOBILE), ["Train.sampler.first_bs=2", "Global.eval_batch_step=0"]
+    estimate = run_vramtune("estimate", config, "--card", "24GiB", *options(shape), cwd=tmp_path)
+    assert estimate["counts"]["params"] == 31_526_029  # the NRTR head sized by the 18,385-character dictionary
+    assert estimate["counts"]["trainable"] == 31_455_805
+    predicted = next(row for row in estimate["rows"] if (row["precision"], row["micro_batch"]) == ("fp32", 2))
+    measured = run_vramtune("measure", config, *options(shape), "--device", "cpu", "--budget", "4GiB", "-m", "2",
+                            cwd=tmp_path)
+    assert predicted["peak_bytes"] == pytest.approx(measured["peak_bytes"], rel=0.03)
+    assert estimate["kit_options"] == ["Train.sampler.first_bs=2", "Global.use_amp=true", "Global.amp_level=O2",
+                                       "Global.amp_dtype=bfloat16"]
