@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 from vramtune.doctor.gate import DoctorFailed, require_doctor
 from vramtune.export import ExportError
-from vramtune.export.roundtrip import RoundTripError
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.report import Report
+from vramtune.roundtrip import RoundTripError
 from vramtune.runner import Backend, DeviceError
 from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
 from vramtune.sources import SOURCES

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from vramtune.export.roundtrip import DELETE, RoundTripError, set_keys
+from vramtune.roundtrip import DELETE, RoundTripError, set_keys
 
 OCR = """\
 Global:

@@ -10,8 +10,8 @@ import yaml
 from formers_client import FORMERS, config_text
 
 from vramtune.dialects.paddleformers.export import tuned_keys
-from vramtune.export.roundtrip import DELETE
 from vramtune.report import Tuned
+from vramtune.roundtrip import DELETE
 from vramtune.sources import SOURCES
 from vramtune.spec import load_spec
 from vramtune.strategy import Strategy
@@ -177,7 +177,7 @@ def test_a_file_apply_cannot_edit_is_exit_2_with_the_reason(fake_cli, config, mo
     from fakes import FakeDevice
 
     from vramtune.dialects.paddleformers import export
-    from vramtune.export.roundtrip import RoundTripError
+    from vramtune.roundtrip import RoundTripError
 
     def refuse(*_):
         raise RoundTripError("stage.x: stage is not a mapping")

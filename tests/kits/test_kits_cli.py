@@ -29,7 +29,7 @@ def test_apply_moves_the_anchored_first_bs_and_says_what_the_kit_cannot_do(fake_
     assert "Train.loader.batch_size_per_card changed too: they alias an anchored key that was tuned" in said
     assert "the effective batch falls from 8 to 4 per card" in said and "x0.5 here" in said
     assert "-o Train.sampler.first_bs=8: tuned in the file now" in said
-    assert f"cd {OCR} && python tools/train.py -c TUNED_FILE" in said
+    assert f"cd {OCR.resolve()} && python tools/train.py -c TUNED_FILE" in said  # the checkout as found: resolved
 
 
 @pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")

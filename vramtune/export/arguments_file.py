@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.export.paddlenlp_args import accepted_only, tuned_arguments
-from vramtune.export.roundtrip import DELETE, set_keys
 from vramtune.report import Report, Tuned
+from vramtune.roundtrip import DELETE, set_keys
 from vramtune.spec.paddlenlp_keys import KNOWN
 
 NAME, SUFFIX = "arguments", ".tuned.json"

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from vramtune.export.roundtrip import set_keys
 from vramtune.report import Report, Tuned
+from vramtune.roundtrip import set_keys
 
 NAME, SUFFIX = "kit", ".tuned.yml"
 ACCEPTED = None  # the search explores only what the kit's config can say (spec(): recompute and sharding off)

@@ -1,5 +1,5 @@
 """`--format paddleformers` (the default for a PaddleFormers config): the user's own YAML or JSON file back, with only
-the tuned keys' values changed (comments, order and quoting kept by export/roundtrip.py).
+the tuned keys' values changed (comments, order and quoting kept by roundtrip.py).
 
 Written: per_device_train_batch_size and gradient_accumulation_steps; recompute only as the combination PaddleFormers'
 models honour (recompute_granularity full + recompute_method uniform + recompute_num_layers 1: every layer), and a
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
-from vramtune.export.roundtrip import DELETE, set_keys, value_text
 from vramtune.mechanisms.precision import dtype_of, level_of
 from vramtune.report import Report, Tuned
+from vramtune.roundtrip import DELETE, set_keys, value_text
 
 NAME, SUFFIX = "paddleformers", ".tuned"
 ACCEPTED = None  # the search explores only what the file can say (recompute every layer or none; no to_static)
