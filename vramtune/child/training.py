@@ -29,6 +29,7 @@ class StepRunner:
         for mechanism in MECHANISMS:
             self.scaler = mechanism.scaler(self.scaler, strategy, self.settings.get(mechanism.name))
         self.pending = 0  # micro-batches since the last optimizer step
+        self.after_step: Callable[[], None] | None = None  # the model source's (a kit's EMA update)
 
     @contextlib.contextmanager
     def forward_context(self) -> Iterator[None]:
@@ -57,6 +58,8 @@ class StepRunner:
         else:
             self.optimizer.step()
         self.optimizer.clear_grad()  # Paddle's default, as PaddleNLP's Trainer and most loops: grads kept, zeroed
+        if self.after_step:
+            self.after_step()
         self.pending = 0
         return loss, True
 

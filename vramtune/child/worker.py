@@ -83,6 +83,7 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
     built.model.train()
     prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters,
                                                                       job.max_grad_norm), strategy, job.settings)
+    prepared.runner.after_step = built.after_step
     phases.done("prepare")
     return built, prepared
 

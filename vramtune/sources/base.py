@@ -20,6 +20,8 @@ class BuiltModel:
     make_batch: Callable[[int], Any]  # micro_batch -> batch
     loss: Callable[[Any, Any], Any]  # (model, batch) -> scalar loss tensor
     config: Any = None  # the model's configuration object, where it has one (PaddleNLP)
+    after_step: Callable[[], None] | None = None  # what the user's loop does after each optimizer step (a kit's EMA
+    #                                               update): the training steps call it, so the probe measures it
 
 
 class Source:
