@@ -16,7 +16,13 @@ import pytest
 from conftest import SPECS, mlp_spec, needs_paddlenlp
 from fakes import FakeDevice, MiB
 
-from vramtune.spec.paddlenlp_keys import DATA_ARGUMENTS, GENERATE_ARGUMENTS, MODEL_ARGUMENTS, QUANT_ARGUMENTS
+from vramtune.spec.paddlenlp_keys import (
+    DATA_ARGUMENTS,
+    GENERATE_ARGUMENTS,
+    LLM_TRAINING_ARGUMENTS,
+    MODEL_ARGUMENTS,
+    QUANT_ARGUMENTS,
+)
 
 pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
@@ -36,9 +42,9 @@ LLM_TYPES = {"model_name_or_path": str, "recompute_granularity": str, "no_recomp
 
 def llm_parser():
     """The llm scripts' parser: PdArgumentParser over their model, data, quantization and generation dataclasses
-    and TrainingArguments. Those dataclasses live in PaddleNLP's repository, not in its wheel: they are rebuilt
-    here from their field names (spec/paddlenlp_keys.py, read from 2.8.1's llm/) with the types above, which is
-    what PdArgumentParser checks a file against."""
+    and their TrainingArguments (PaddleNLP's, with the fields their subclass adds). Those dataclasses live in
+    PaddleNLP's repository, not in its wheel: they are rebuilt here from their field names (spec/paddlenlp_keys.py,
+    read from 2.8.1's llm/) with the types above, which is what PdArgumentParser checks a file against."""
     import scipy  # noqa: F401
     from paddlenlp.trainer import PdArgumentParser, TrainingArguments
 
@@ -48,7 +54,10 @@ def llm_parser():
 
     return PdArgumentParser((arguments("ModelArgument", MODEL_ARGUMENTS), arguments("DataArgument", DATA_ARGUMENTS),
                              arguments("QuantArgument", QUANT_ARGUMENTS),
-                             arguments("GenerateArgument", GENERATE_ARGUMENTS), TrainingArguments))
+                             arguments("GenerateArgument", GENERATE_ARGUMENTS),
+                             make_dataclass("TrainingArguments", [(key, Optional[str], dataclasses.field(default=None))
+                                                                  for key in LLM_TRAINING_ARGUMENTS],
+                                            bases=(TrainingArguments,))))
 
 
 def wrapper_recompute_device() -> FakeDevice:
@@ -169,10 +178,12 @@ def test_nothing_the_format_can_say_fits_exits_1_and_writes_nothing(fake_cli, wr
 
 
 def test_the_keys_written_for_a_trainer_are_trainingarguments_fields():
+    """The table's TrainingArguments are the dataclass's fields exactly; the llm scripts' subclass adds its own."""
     import scipy  # noqa: F401
     from paddlenlp.trainer import TrainingArguments
 
     from vramtune.export.paddlenlp_args import ACCEPTED
 
     fields = {field.name for field in dataclasses.fields(TrainingArguments) if field.init}
-    assert not ACCEPTED - fields
+    assert fields == ACCEPTED
+    assert not fields & set(LLM_TRAINING_ARGUMENTS)

@@ -12,8 +12,7 @@ from vramtune.report import Report, Tuned
 from vramtune.spec.paddlenlp_keys import TRAINING_ARGUMENTS
 
 NAME, SUFFIX = "paddlenlp", ".tuned.json"
-# PdArgumentParser(TrainingArguments)'s fields: the table's less what the llm scripts' own subclasses add
-ACCEPTED = frozenset(TRAINING_ARGUMENTS) - {"benchmark", "autotuner_benchmark", "decay_steps", "tensor_parallel_output"}
+ACCEPTED = frozenset(TRAINING_ARGUMENTS)  # PdArgumentParser(TrainingArguments)'s fields
 
 
 def tuned_arguments(tuned: Tuned, optimizer: str) -> tuple[dict[str, Any], list[str]]:

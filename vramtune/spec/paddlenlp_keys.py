@@ -1,7 +1,8 @@
-"""The keys of a PaddleNLP arguments file: every name PaddleNLP 2.8.1's parsers accept (TrainingArguments and the llm
-fine-tuning script's model, data, quantization and generation arguments), and those that change memory or what is
-trained. A key that changes memory is read by vramtune (the arguments reader or a mechanism's `from_arguments`) or
-refused by name with what to do; it is never ignored. The table in the README says what happens to each.
+"""The keys of a PaddleNLP arguments file: every name PaddleNLP 2.8.1's parsers accept (TrainingArguments, and the llm
+fine-tuning scripts' own: their TrainingArguments subclass's fields and their model, data, quantization and generation
+arguments), and those that change memory or what is trained. A key that changes memory is read by vramtune (the
+arguments reader or a mechanism's `from_arguments`) or refused by name with what to do; it is never ignored. The
+table in docs/paddlenlp.md says what happens to each.
 """
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ TRAINING_ARGUMENTS = (
     "resume_from_checkpoint", "skip_memory_metrics", "flatten_param_grads", "lazy_data_processing",
     "skip_profile_timer", "distributed_dataloader", "unified_checkpoint", "to_static", "unified_checkpoint_config",
     "ignore_load_lr_and_optim", "ignore_save_lr_and_optim", "force_reshard_pp", "enable_auto_parallel",
-    "use_expert_parallel", "benchmark", "autotuner_benchmark", "decay_steps", "tensor_parallel_output",
+    "use_expert_parallel",
 )
+# the fields the llm scripts' TrainingArguments subclass adds (llm/utils/argument.py): not PdArgumentParser's own
+LLM_TRAINING_ARGUMENTS = ("benchmark", "autotuner_benchmark", "decay_steps", "tensor_parallel_output")
 MODEL_ARGUMENTS = (
     "model_name_or_path", "use_flash_attention", "tokenizer_name_or_path", "use_fused_rms_norm", "fuse_attention_qkv",
     "fuse_attention_ffn", "recompute_granularity", "virtual_pp_degree", "hidden_dropout_prob",
@@ -49,7 +52,8 @@ QUANT_ARGUMENTS = (
     "autoclip_step",
 )
 GENERATE_ARGUMENTS = ("top_k", "top_p")
-KNOWN = frozenset(TRAINING_ARGUMENTS + MODEL_ARGUMENTS + DATA_ARGUMENTS + QUANT_ARGUMENTS + GENERATE_ARGUMENTS)
+KNOWN = frozenset(TRAINING_ARGUMENTS + LLM_TRAINING_ARGUMENTS + MODEL_ARGUMENTS + DATA_ARGUMENTS + QUANT_ARGUMENTS
+                  + GENERATE_ARGUMENTS)
 
 
 def _on(value: Any) -> bool:
