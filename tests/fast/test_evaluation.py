@@ -70,5 +70,6 @@ def test_the_tuned_evaluation_batch_is_written_back_and_the_report_shows_both_pe
 
     assert MECHANISM.describe(result) == [
         "evaluation at batch 16 (lowered from 32: larger ones do not fit): peak 966.8 KiB with the training state "
-        "resident; keeps 62 B per sample on the device for the whole evaluation set (set eval_accumulation_steps to "
-        "bound it)"]
+        "resident; keeps 62 B per sample on the device for the whole evaluation set (bound it with the evaluation's "
+        "accumulation steps: eval_accumulation_steps in a Trainer's arguments, train.evaluation.accumulation_steps in "
+        "a spec)"]
