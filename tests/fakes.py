@@ -64,6 +64,7 @@ class FakeDevice:
     overflows: tuple[str, ...] = ()  # number formats whose loss goes non-finite at every size (fp16-safe trains)
     safe_speed: float = 0.9  # fp16-safe's speed over fp16's (its overflow-prone ops in fp32)
     amp_unsupported: dict[str, str] = field(default_factory=dict)
+    countable: bool = True  # the lazy count can build the model (a python factory that cannot be built lazily: no)
     calls: list[Strategy] = field(default_factory=list)
 
     def device(self) -> Device:
@@ -85,6 +86,15 @@ class FakeDevice:
         if level_of(s.precision) == "O2":
             return {"weight": self.fixed / 8, "gradient": self.fixed / 8, "optimizer": self.fixed * 3 / 4}
         return {"weight": self.fixed / 4, "gradient": self.fixed / 4, "optimizer": self.fixed / 2}
+
+    def model_counts(self) -> dict | None:
+        """What the lazy count (child/counting.py) says of the fake model: its fixed bytes are fp32 AdamW's 16 per
+        parameter, every one trained; O1's half copies are of matmul weights (2 bytes each). None: not countable."""
+        if not self.countable:
+            return None
+        params = int(self.fixed // 16)
+        return {"params": params, "trainable": params, "matmul": int(self.amp_cast_bytes // 2),
+                "layers": self.blocks, "shape": {}}
 
     def rank_counts(self, s: Strategy) -> dict[str, float]:
         """What one rank counts, as a real probe reports it: 1/N of what its sharding stage partitions."""
@@ -122,8 +132,9 @@ class FakeDevice:
                            device={"name": self.name, "kind": self.kind}, paddle_version="0.0-fake")
         used = self.reserved(s) or self.peak(s)
         limit = min(self.card_bytes, budget.bytes) if self.kind == "gpu" else math.inf
-        if used > limit:  # the allocator fails: no figures
-            return dataclasses.replace(base, status="oom", error="MemoryError: (ResourceExhausted) Out of memory")
+        if used > limit:  # the allocator fails: no figures, and no state counted (child/worker.py's "oom")
+            return dataclasses.replace(base, status="oom", error="MemoryError: (ResourceExhausted) Out of memory",
+                                       weight_bytes=None, gradient_bytes=None, optimizer_bytes=None)
         measured = dataclasses.replace(base, peak_bytes=int(self.peak(s)), reserved_bytes=self.reserved(s),
                                        step_seconds=s.batch / self.speed(s), samples_per_sec=self.speed(s),
                                        loss=1.0).judged(budget)
@@ -157,9 +168,13 @@ class FakeBackend:
         return dataclasses.replace(result, status="measured" if result.measured else result.status)
 
     def count(self, job: ProbeJob, timeout: float) -> dict:
-        """The fake model's parameters: its fixed bytes are fp32 AdamW's 16 per parameter, every one trained."""
-        params = int(self.fake.fixed // 16)
-        return {"params": params, "trainable": params, "matmul": params, "layers": 0, "shape": {}}
+        """The fake model's parameters, as the lazy count says them (FakeDevice.model_counts)."""
+        from vramtune.runner import DeviceError
+
+        counts = self.fake.model_counts()
+        if counts is None:
+            raise DeviceError("counting the model's parameters failed: the fake model cannot be built lazily")
+        return counts
 
 
 @contextlib.contextmanager
