@@ -11,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "vramtune"
 CHILD, MECHANISMS = "vramtune.child", "vramtune.mechanisms"
+SOURCES, DIALECTS = "vramtune.sources", "vramtune.dialects"
 
 
 def module_names() -> dict[str, Path]:
@@ -97,6 +98,16 @@ def test_no_import_circle_spans_the_child_and_the_mechanisms():
                                 if target in component and in_folder(target, CHILD) and not in_folder(source, CHILD))
             raise AssertionError(f"an import circle of {len(component)} modules holds both child/ and mechanisms/; "
                                  f"the edges closing it (into the child): {', '.join(into_child)}")
+
+
+def test_no_import_circle_spans_the_child_and_the_sources_or_dialects():
+    """The child builds a source's model through the source registry (sources/ and the dialect folders it lists);
+    a builder that imported the child (it once took its tensor helpers from child/building.py) closed a circle."""
+    graph = import_graph()
+    for component in strongly_connected(graph):
+        if any(in_folder(m, CHILD) for m in component):
+            others = sorted(m for m in component if in_folder(m, SOURCES) or in_folder(m, DIALECTS))
+            assert not others, f"an import circle of {len(component)} modules holds child/ and {', '.join(others)}"
 
 
 def test_the_graph_sees_imports_inside_functions():

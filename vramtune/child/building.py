@@ -1,4 +1,4 @@
-"""Building a source's model in the child, with the one-sample shape check, and the helpers builders share."""
+"""Building a source's model in the child, with the one-sample shape check (what builders share: sources/tensors.py)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -8,23 +8,6 @@ import paddle
 from vramtune.oom import looks_like_oom
 from vramtune.sources.base import BuildError, BuiltModel, Source
 from vramtune.text import error_line
-
-
-def random_tensor(batch: int, tensor: Any) -> paddle.Tensor:
-    """A random batch for one input (shape, dtype, high): integers from [0, high), floats from N(0, 1)."""
-    shape = [batch, *tensor.shape]
-    if tensor.dtype.startswith("int"):
-        return paddle.randint(0, tensor.high or 2, shape, dtype=tensor.dtype)
-    return paddle.randn(shape, dtype="float32").astype(tensor.dtype)
-
-
-def first_output(output: Any) -> paddle.Tensor:
-    """Logits (or a loss) from what forward() returned: a tensor, a tuple, or a ModelOutput."""
-    if isinstance(output, (tuple, list)):
-        return output[0]
-    if hasattr(output, "logits"):
-        return output.logits
-    return output
 
 
 def build_model(source: Source, settings: Any, spec_dir: str, configure: Callable[[Any], None]) -> BuiltModel:

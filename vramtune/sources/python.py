@@ -130,7 +130,7 @@ class Python(Source):
         import paddle
         import paddle.nn.functional as F
 
-        from vramtune.child.building import first_output, random_tensor
+        from vramtune.sources.tensors import first_output, random_tensor
 
         factory = _load_factory(settings.factory, spec_dir)
         try:

@@ -173,7 +173,7 @@ class PaddleOCRSource(KitSource):
         import numpy as np
         import paddle
 
-        from vramtune.child.building import first_output
+        from vramtune.sources.tensors import first_output
 
         os.chdir(settings.checkout)  # the configs' paths (character_dict_path) are relative to the checkout
         with on_path(settings.checkout):
