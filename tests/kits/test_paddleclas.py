@@ -105,3 +105,40 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
 def test_the_per_card_batch_times_the_devices_is_the_target():
     spec = load_spec(CHECKOUT / RESNET, {"devices": 4})
     assert (spec.devices, spec.train.target_batch) == (4, 64 * 4)
+
+
+RESNET18 = "ppcls/configs/ImageNet/ResNet/ResNet18.yaml"
+# ResNet18 at 64 px, 10 classes, batch 16 (the BatchNorm floor: the one micro-batch the search can choose), eval 16
+SMALL_RESNET18 = ["DataLoader.Train.dataset.transform_ops.1.RandCropImage.size=64", "Arch.class_num=10",
+                  "DataLoader.Train.sampler.batch_size=16", "DataLoader.Eval.sampler.batch_size=16",
+                  "DataLoader.Eval.dataset.transform_ops.1.ResizeImage.resize_short=73",
+                  "DataLoader.Eval.dataset.transform_ops.2.CropImage.size=64"]
+EMA = "EMA.decay=0.9999"  # the kit's ExponentialMovingAverage: a copy of the weights (ppcls/engine/engine.py)
+
+
+@needs_kit
+@pytest.mark.paddle
+@pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
+def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
+    """EMA's copy of the weights is in the probe's peak: the weights' bytes above the same config without it, in
+    vramtune's probe and in the kit's own tools/train.py on the exported file alike."""
+    flags = [f"-O{option}" for option in SMALL_RESNET18]
+    without = vramtune("measure", str(CHECKOUT / RESNET18), "--device", "cpu", "--budget", "4GiB", "-m", "16",
+                       "--json", *flags, "-OGlobal.eval_during_train=False", cwd=tmp_path)
+    assert without.returncode == 0, without.stderr[-3000:]
+    out = tmp_path / "ResNet18.tuned.yaml"
+    done = vramtune("apply", str(CHECKOUT / RESNET18), "--device", "cpu", "--budget", "2GiB", "-o", str(out),
+                    "--json", *flags, f"-O{EMA}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    exported, plain = json.loads(done.stdout)["exported"], json.loads(without.stdout)
+    assert (exported["micro_batch"], exported["accumulation"], exported["eval_batch"]) == (16, 1, 16)
+    weights = plain["weight_bytes"]  # ResNet18's 11.2 M weights and BatchNorm statistics (Paddle parameters both)
+    assert exported["peak_bytes"] - plain["peak_bytes"] == pytest.approx(weights, rel=0.01)
+
+    options = clas_dataset(tmp_path / "data", train=16 * 2, evaluate=16)
+    kit_options = [*SMALL_RESNET18[:2], *SMALL_RESNET18[4:], "Arch.pretrained=False", *options]
+    with_ema, _ = client.run_train(CHECKOUT, out, [*kit_options, EMA], tmp_path)
+    without_ema, _ = client.run_train(CHECKOUT, out, kit_options, tmp_path)
+    probed = max(exported["peak_bytes"], exported["eval_peaks"]["16"])
+    assert with_ema == pytest.approx(probed, rel=0.05)
+    assert with_ema - without_ema == pytest.approx(weights, rel=0.05)

@@ -146,6 +146,20 @@ def on_path(checkout: str) -> Iterator[None]:
             sys.path.remove(checkout)
 
 
+def after_each_step(make: Callable[[], Any], update: Callable[[Any], None]) -> Callable[[], None]:
+    """A kit's EMA as its loop runs it: made once (`make`, from the model), updated after every optimizer step.
+    The probe makes it at the first step's end: after vramtune's AMP has decorated the model (the kits make theirs
+    after their own AMP's decorate) and before the measured steps, whose peak holds it."""
+    made: list[Any] = []
+
+    def after_step() -> None:
+        if not made:
+            made.append(make())
+        update(made[0])
+
+    return after_step
+
+
 def kit_import_error(kit: str, checkout: str, error: ImportError) -> KitError:
     missing = getattr(error, "name", None) or str(error)
     return KitError(f"{kit} in {checkout} cannot be imported: {error} (install the kit's requirements: pip install "

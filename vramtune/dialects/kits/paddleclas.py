@@ -10,12 +10,22 @@ config through the kit's own loader (`ppcls.utils.config.get_config`, the -o ove
 in vramtune's loop, which steps as `ppcls/engine/train/train.py` does (forward, the loss dict's `loss` / update_freq,
 backward, the optimizer every update_freq steps, clear_grad). Not through `ppcls.engine.Engine`: it builds the
 dataloaders (the user's dataset files) in its constructor and trains whole epochs; what it adds to memory beside
-model, loss and optimizer is only EMA (named below when the config has it)."""
+model, loss and optimizer is only EMA (`EMA:`, the kit's ExponentialMovingAverage: a copy of the weights,
+updated after every optimizer step as train.py does), which the probe runs too."""
 from __future__ import annotations
 
 from typing import Any
 
-from vramtune.dialects.kits.config import Kit, KitError, KitSource, apply_options, get_key, kit_import_error, on_path
+from vramtune.dialects.kits.config import (
+    Kit,
+    KitError,
+    KitSource,
+    after_each_step,
+    apply_options,
+    get_key,
+    kit_import_error,
+    on_path,
+)
 from vramtune.sources.base import BuildError, BuiltModel
 
 TRAIN_BATCH, EVAL_BATCH, UPDATE_FREQ = ("DataLoader.Train.sampler.batch_size", "DataLoader.Eval.sampler.batch_size",
@@ -54,8 +64,6 @@ class PaddleClas(Kit):
         warnings = []
         if optimizer not in OPTIMIZERS:
             warnings.append(f"{path}: Optimizer.name {optimizer}: measured with AdamW's state (8 bytes per weight)")
-        if "EMA" in config:
-            warnings.append(f"{path}: EMA keeps a copy of the weights beside them: not measured (add its bytes)")
         spec: dict[str, Any] = {
             "name": path.stem,
             "model": {"source": self.name, "config": str(path.resolve()), "checkout": str(self.checkout(path)),
@@ -120,6 +128,7 @@ class PaddleClasSource(KitSource):
                                            show=False)
             model = build_model(config)
             train_loss = build_loss(config["Loss"]["Train"])
+            after_step = ema(config, model)
         height, width = image_size(config)
         classes = int(get_key(config, "Arch.class_num", 1000))
 
@@ -130,7 +139,18 @@ class PaddleClasSource(KitSource):
             images, labels = batch
             return train_loss(network(images), labels)["loss"]
 
-        return BuiltModel(model, make_batch, loss)
+        return BuiltModel(model, make_batch, loss, after_step=after_step)
+
+
+def ema(config: dict[str, Any], model: Any) -> Any:
+    """The kit's EMA where the config has `EMA:` (ppcls/engine/engine.py makes it after AMP, train.py updates it
+    after each optimizer step), else None."""
+    if "EMA" not in config:
+        return None
+    from ppcls.utils.ema import ExponentialMovingAverage
+
+    decay = (config["EMA"] or {}).get("decay", 0.9999)
+    return after_each_step(lambda: ExponentialMovingAverage(model, decay), lambda average: average.update(model))
 
 
 SOURCE = PaddleClasSource()
