@@ -5,6 +5,8 @@ compiles last; labels and the tie rule follow it too. Adding one: its module, it
 if the search explores it, its role in search/roles.py)."""
 from __future__ import annotations
 
+from typing import Any
+
 from vramtune.mechanisms import (
     accumulation,
     data_parallel,
@@ -52,5 +54,11 @@ def unregister(name: str) -> None:
     _FIELDS.clear()
 
 
-__all__ = ["BY_NAME", "MECHANISMS", "Facts", "Field", "Mechanism", "Option", "field_named", "register",
+def batch_only() -> dict[str, Any]:
+    """The spec's search keys that leave the search the batch alone (the micro-batch, and accumulation where the
+    spec allows it): for a tool whose config carries no other memory key (PaddleSeg: AMP is a flag there)."""
+    return {"recompute": "off", "sharding": "off", "to_static": "off", "precisions": ["fp32"]}
+
+
+__all__ = ["BY_NAME", "MECHANISMS", "Facts", "Field", "Mechanism", "Option", "batch_only", "field_named", "register",
            "strategy_fields", "unregister"]
