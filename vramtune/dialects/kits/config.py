@@ -38,6 +38,8 @@ class Kit:
     package: str  # the kit's Python package in its checkout (ppcls, ppocr)
     sections: tuple[str, ...]  # top-level keys that, together, mark its training configs
     one_flag: bool = False  # its tools/train.py takes every override after one -o (argparse nargs="+")
+    config_flag: str = "-c"  # its tools/train.py's flags for the config file and the overrides
+    option_flag: str = "-o"
     accumulates: bool = True  # False: a smaller batch is a smaller effective batch (PaddleOCR)
 
     def value(self, text: str) -> Any:
@@ -55,7 +57,8 @@ class Kit:
         if not options:
             return ""
         quoted = [shlex.quote(option) for option in options]
-        return " -o " + " ".join(quoted) if self.one_flag else "".join(f" -o {option}" for option in quoted)
+        flag = self.option_flag
+        return f" {flag} " + " ".join(quoted) if self.one_flag else "".join(f" {flag} {option}" for option in quoted)
 
     def recognises(self, raw: Any) -> bool:
         return isinstance(raw, dict) and all(key in raw for key in self.sections)

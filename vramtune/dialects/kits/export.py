@@ -30,7 +30,7 @@ def is_kit_config(path: Path) -> bool:
 def command(kit: Any, spec: Any, changed: set[str]) -> str:
     """How to train the tuned file: the kit's tools/train.py, with the user's -o options that are not tuned keys."""
     options = [option for option in spec.model.options if option.partition("=")[0] not in changed]
-    return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py -c TUNED_FILE"
+    return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py {kit.config_flag} TUNED_FILE"
             f"{kit.command_options(options)}")
 
 
