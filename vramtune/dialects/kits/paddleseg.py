@@ -137,11 +137,6 @@ class PaddleSeg(Kit):
         """`_base_` (inheritance), or a model and a train_dataset, at the top (vramtune's own specs have neither)."""
         return isinstance(raw, dict) and ("_base_" in raw or ("model" in raw and "train_dataset" in raw))
 
-    def command_options(self, options):
-        import shlex
-
-        return " --opts " + " ".join(shlex.quote(option) for option in options) if options else ""
-
     def spec(self, raw, path, options):
         from vramtune.mechanisms import batch_only
 
@@ -194,7 +189,8 @@ class PaddleSeg(Kit):
         return {BATCH: batch}, warnings
 
 
-KIT = PaddleSeg(name="paddleseg", package="paddleseg", sections=("model",), one_flag=True, accumulates=False)
+KIT = PaddleSeg(name="paddleseg", package="paddleseg", sections=("model",), one_flag=True, accumulates=False,
+                config_flag="--config", option_flag="--opts")
 
 
 def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int, int]:
