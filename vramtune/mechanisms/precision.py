@@ -12,7 +12,7 @@ precision searched in depth where it could win (fp16-safe retried only after fp1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from vramtune.mechanisms.base import Field, Mechanism, Option
 from vramtune.text import did_you_mean
@@ -31,6 +31,8 @@ TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # Paddle's names
 LOSS_SCALE = 2.0**15
+CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
+              "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
 
 def dtype_of(precision: str) -> str:
@@ -133,7 +135,33 @@ class Precision(Mechanism):
         """The estimate's stated factors: AMP O1 keeps ~0.55 of fp32's activation bytes, O2 ~0.5."""
         from vramtune.estimating.model import Factors
 
-        return Factors().activations(strategy.precision)
+        return self.activation_factor(strategy, Factors())
+
+    # -- the estimate ------------------------------------------------------------------------------------
+    state_parts: ClassVar[dict[str, str]] = {"amp_copies": "AMP O1 weight copies"}
+    preferred = (0, "AMP O2, then O1, then fp32")
+
+    def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
+        """O2: half weights (decorate keeps batch norms, and under fp16 layer norms, in fp32), half gradients (fp32
+        with amp_master_grad) and fp32 master weights beside the optimizer's state; O1: fp32 state and a half copy
+        of each matmul and conv weight kept for backward."""
+        level = level_of(strategy.precision)
+        if level == "O2":
+            kept = counts.batchnorm + (counts.layernorm if dtype_of(strategy.precision) == "fp16" else 0)
+            state = {**state, "weights": 2 * (counts.params - kept) + 4 * kept,
+                     "gradients": (4 if given.master_grad else 2) * counts.trainable,
+                     "optimizer_state": state["optimizer_state"] + 4 * counts.trainable}
+        return {**state, "amp_copies": 2 * counts.matmul if level == "O1" else 0}
+
+    def activation_factor(self, strategy, factors) -> float:
+        return {"O0": 1.0, "O1": factors.o1_activations, "O2": factors.o2_activations}[level_of(strategy.precision)]
+
+    def preference(self, strategy) -> list[tuple[int, Any]]:
+        """AMP O2 first, then O1, then fp32 (the most memory saved; speed is not estimated); the name last."""
+        return [(0, {"O2": 0, "O1": 1, "O0": 2}[level_of(strategy.precision)]), (9, strategy.precision)]
+
+    def column(self, strategy, facts) -> tuple[str, str]:
+        return "precision", strategy.precision
 
     def to_arguments(self, tuned):
         precision = tuned.strategy.precision
@@ -203,7 +231,31 @@ class Precision(Mechanism):
         fp16 = [r for s, r in search.results.items() if s.precision in ("fp16", "fp16-o2")]
         return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)
 
+    # -- `vramtune doctor` ------------------------------------------------------------------------------
+    def doctor_checks(self) -> tuple:
+        """AMP O1/O2's casts, GradScaler, and AMP's activations (they calibrate `estimate`)."""
+        from vramtune.mechanisms.precision_doctor import CHECK
+
+        return (CHECK,)
+
     # -- child side --------------------------------------------------------------------------------------
+    def device_limits(self, kind: str, index: int) -> dict[str, str]:
+        """The AMP precisions the device cannot measure: none on a CPU (Paddle's AMP is a no-op there), those a GPU's
+        Paddle build or compute capability lacks."""
+        if kind == "cpu":
+            return {dtype: CPU_REASON for dtype in AMP_DTYPES}
+        import paddle
+
+        properties = paddle.device.cuda.get_device_properties(index)
+        name, place, unsupported = properties.name, f"gpu:{index}", {}
+        if not paddle.amp.is_float16_supported(place):
+            unsupported["fp16"] = f"{name} has no fp16 AMP support in this Paddle build"
+        elif properties.major < 7:  # auto_cast and decorate run fp32 there (paddle.amp, _is_gpu_float16_supported)
+            unsupported["fp16"] = f"{name} is below compute capability 7.0, where Paddle's fp16 AMP does nothing"
+        if not paddle.amp.is_bfloat16_supported(place):
+            unsupported["bf16"] = f"{name} has no bf16 support (needs compute capability 8.0+)"
+        return unsupported
+
     def prepare_training(self, model, optimizer, strategy, settings):
         """O2: the weights cast to half (BatchNorm kept fp32, and LayerNorm/InstanceNorm under fp16) and the
         optimizer given fp32 master weights, as PaddleNLP's Trainer does for fp16_opt_level O2, before data

@@ -10,6 +10,7 @@ from vramtune.mechanisms.base import Field, Mechanism
 
 STAGES = (0, 1, 2, 3)
 PARTITIONED = {1: ("optimizer",), 2: ("optimizer", "gradient"), 3: ("optimizer", "gradient", "weight")}
+STATE_PART = {"optimizer": "optimizer_state", "gradient": "gradients", "weight": "weights"}  # in the estimate's state
 GPU_ONLY_REASON = ("sharding stage {stage} (group_sharded_parallel) runs on GPU only: Paddle asserts 'only support "
                    "gpu, xpu and custom_device'")
 NEIGHBOUR_MARGIN = 0.03  # a stage predicted over the limit by more than this is not probed
@@ -67,6 +68,23 @@ class Sharding(Mechanism):
         if not stage or ranks < 2:
             return 0.0
         return sum(counts.get(part, 0.0) for part in PARTITIONED[stage]) * (1 - 1 / ranks)
+
+    # -- the estimate ------------------------------------------------------------------------------------
+    preferred = (3, "the lowest sharding stage")
+
+    def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
+        """Each rank keeps 1/N of what its stage partitions."""
+        ranks = strategy.devices
+        if ranks < 2:
+            return state
+        return {**state, **{STATE_PART[part]: state[STATE_PART[part]] // ranks
+                            for part in PARTITIONED.get(strategy.sharding_stage, ())}}
+
+    def preference(self, strategy) -> list[tuple[int, int]]:
+        return [(3, strategy.sharding_stage)]
+
+    def column(self, strategy, facts) -> tuple[str, str]:
+        return "stage", str(strategy.sharding_stage)
 
     def from_arguments(self, arguments) -> dict:
         """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from vramtune.mechanisms.base import Field, Launch, Mechanism, Option
 from vramtune.reading import positive
@@ -53,12 +54,26 @@ class DataParallel(Mechanism):
         # paddle.DataParallel's fused gradient buffers; fleet's sharding optimizer goes without them
         return 1.0 if strategy.devices > 1 and not strategy.sharding_stage else 0.0
 
+    state_parts: ClassVar[dict[str, str]] = {"buffers": "data-parallel buffers"}
+
+    def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
+        """paddle.DataParallel's fused gradient buffers, in the ratio to the gradients measured at 2 ranks; fleet's
+        sharding optimizer goes without them."""
+        several = strategy.devices > 1 and not strategy.sharding_stage
+        return {**state, "buffers": int(given.buffer_ratio * state["gradients"]) if several else 0}
+
     def to_arguments(self, tuned):
         devices = tuned.strategy.devices
         if devices == 1:
             return {}, []
         return {}, [f"launch with: python -m paddle.distributed.launch --nproc_per_node {devices} "
                     "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
+
+    def doctor_checks(self) -> tuple:
+        """Two NCCL ranks each measure their own peak, as multi-rank probes do (sharding's too)."""
+        from vramtune.mechanisms.data_parallel.doctor import CHECK
+
+        return (CHECK,)
 
     def prepare_training(self, model, optimizer, strategy, settings):
         from vramtune.mechanisms.data_parallel import distributed
