@@ -18,7 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from vramtune.estimating.model import Factors, row  # noqa: E402
+from vramtune.estimating.model import Factors, Given, row  # noqa: E402
 from vramtune.estimating.run import estimate  # noqa: E402
 from vramtune.runner import ChildBackend  # noqa: E402
 from vramtune.session import measure, open_session  # noqa: E402
@@ -66,9 +66,8 @@ def compare(name: str, path: Path, micro_batches: list[int], backend: ChildBacke
         for recomputed in (0, result.counts.layers):
             if recomputed and len({r.recomputed_blocks for r in result.rows}) == 1:
                 continue  # the model does not recompute
-            predicted = row(result.counts, result.fit, CPU, precision="fp32", micro_batch=micro, accumulation=1,
-                            recomputed=recomputed, stage=0, devices=1, optimizer=spec.train.optimizer,
-                            gpu=False).peak
+            predicted = row(result.counts, result.fit, CPU, Strategy(micro_batch=micro, recomputed_blocks=recomputed),
+                            Given(spec.train.optimizer), gpu=False).peak
             measured = measure(session, Strategy(micro_batch=micro, accumulation=spec.train.target_batch // micro,
                                                  recomputed_blocks=recomputed), print)
             rows.append({"model": name, "micro_batch": micro, "recomputed": recomputed, "predicted": predicted,

@@ -8,8 +8,9 @@ import pytest
 from conftest import CONFIGS
 from fakes import FakeDevice, MiB
 
-from vramtune.estimating.model import Counts, state
+from vramtune.estimating.model import Counts, Given, state
 from vramtune.spec import load_spec
+from vramtune.strategy import Strategy
 
 SPEC = CONFIGS / "mlp-python-cpu.yaml"  # target 2048
 
@@ -69,21 +70,23 @@ def test_sharding_divides_the_counted_state_by_the_ranks_and_data_parallel_buffe
 LLAMA_7B = Counts(params=6_738_415_616, trainable=6_738_415_616, layernorm=0, matmul=6_607_343_616, layers=32)
 
 
+def _state(counts: Counts, precision: str, **fields: int) -> dict[str, int]:
+    return state(counts, Strategy(precision=precision, **fields), Given("adamw"))
+
+
 def test_llama_7b_model_states_equal_the_published_formulas():
     """fp32 AdamW: 16 B/param (Accelerate's "Training using Adam" for float32); mixed precision with fp32 master
-    weights: 2 + 2 + 12 (the ZeRO paper, Paddle's O2); ZeRO stages over 8: 4P + 12P/8, 2P + 14P/8, 16P/8."""
+    weights: 2 + 2 + 12 (the ZeRO paper, Paddle's O2); ZeRO stages over 8: 4P + 12P/8, 2P + 14P/8, 16P/8. Each
+    figure comes from the mechanisms' own counted_state (precision's bytes, sharding's partitions)."""
     p = LLAMA_7B.params
-    fp32, o2, o1 = (sum(state(LLAMA_7B, precision, "adamw").values()) for precision in ("fp32", "bf16-o2", "bf16"))
+    fp32, o2, o1 = (sum(_state(LLAMA_7B, precision).values()) for precision in ("fp32", "bf16-o2", "bf16"))
     assert fp32 == o2 == 16 * p == 107_814_649_856
     assert o1 == 16 * p + 2 * LLAMA_7B.matmul  # + O1's half copies of the matmul weights
-    parts = state(LLAMA_7B, "bf16-o2", "adamw")
-    stage1 = parts["weights"] + parts["gradients"] + parts["optimizer_state"] / 8
-    stage2 = parts["weights"] + (parts["gradients"] + parts["optimizer_state"]) / 8
-    stage3 = (parts["weights"] + parts["gradients"] + parts["optimizer_state"]) / 8
-    assert (stage1, stage2, stage3) == (4 * p + 12 * p / 8, 2 * p + 14 * p / 8, 16 * p / 8)
+    stages = [sum(_state(LLAMA_7B, "bf16-o2", devices=8, sharding_stage=stage).values()) for stage in (1, 2, 3)]
+    assert stages == [4 * p + 12 * p / 8, 2 * p + 14 * p / 8, 16 * p / 8]
     lora = Counts(params=p + 19_988_480, trainable=19_988_480, matmul=LLAMA_7B.matmul, layers=32)  # LoRA r=8
-    assert state(lora, "bf16-o2", "adamw")["optimizer_state"] == 12 * 19_988_480  # the frozen weights: none
-    assert state(lora, "bf16-o2", "adamw")["weights"] == 2 * lora.params
+    assert _state(lora, "bf16-o2")["optimizer_state"] == 12 * 19_988_480  # the frozen weights: none
+    assert _state(lora, "bf16-o2")["weights"] == 2 * lora.params
 
 
 def test_the_estimate_command_refuses_what_the_spec_reader_refuses(fake_cli, write_spec):

@@ -65,7 +65,7 @@ note: counted (exact, from config.json as PaddleFormers builds the model): every
 note: measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and width, and of the logits
 note: assumed (stated): AMP O1 activations x0.55 of fp32's, O2 x0.5, the GPU allocator's reserve +8%, flashmask attention keeps no [s, s] tensor
 note: qwen3: the coefficients of PaddleFormers' ERNIE-4.5 (fused projections) are assumed (its code needs paddlefleet, not on PyPI: it cannot be built here)
-predicted best, LoRA (asked): bf16-o2, micro-batch 1 x accumulation 8, recompute 36/36; peak 21.8 GiB of 22.8 GiB
+predicted best, LoRA (asked): bf16-o2, micro-batch 1 x accumulation 8, recompute 36/36 blocks; peak 21.8 GiB of 22.8 GiB
   what fills it: weights 15.3 GiB, gradients 69.8 MiB, optimizer state 209.2 MiB, activations 4.6 GiB, allocator reserve 1.6 GiB
   in the PaddleFormers config: fine_tuning: LoRA, per_device_train_batch_size: 1, gradient_accumulation_steps: 8, compute_type: bf16, fp16_opt_level: O2, recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1
 predicted best, full: nothing is predicted to fit 22.8 GiB

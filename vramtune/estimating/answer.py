@@ -13,11 +13,12 @@ from typing import Any
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.analytic import activations
 from vramtune.estimating.architecture import Architecture, architecture, count
-from vramtune.estimating.model import Counts, Factors, Row, row
+from vramtune.estimating.model import Counts, Factors, Given, Row, row
 from vramtune.estimating.model import recompute_levels as recompute_quarters
 from vramtune.estimating.run import calibrated
 from vramtune.mechanisms.precision import level_of
 from vramtune.records import Budget, ProbeResult
+from vramtune.strategy import Strategy
 
 FINE_TUNINGS = ("LoRA", "full")
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
@@ -140,6 +141,7 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
                                      shape={"hidden_size": arch.hidden, "num_hidden_layers": arch.layers})
     factors = (calibrated(calibration, counts[question.fine_tuning or "LoRA"], fit) if calibration
                else doctor_factors(card_bytes, installed_paddle()) or Factors())
+    given = Given(question.optimizer, question.master_grad, DATA_PARALLEL_BUFFERS)
     rows: dict[str, list[Row]] = {}
     for fine_tuning in FINE_TUNINGS:
         rows[fine_tuning] = []
@@ -147,10 +149,10 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
             for stage in stages:
                 for recomputed in recompute_levels(arch, fine_tuning):
                     for micro in micro_batches(question.batch):
-                        predicted = row(counts[fine_tuning], fit, factors, precision=precision, micro_batch=micro,
-                                        accumulation=question.batch // micro, recomputed=recomputed, stage=stage,
-                                        devices=question.devices, optimizer=question.optimizer, gpu=True,
-                                        master_grad=question.master_grad, buffer_ratio=DATA_PARALLEL_BUFFERS)
+                        strategy = Strategy(precision=precision, micro_batch=micro,
+                                            accumulation=question.batch // micro, recomputed_blocks=recomputed,
+                                            sharding_stage=stage, devices=question.devices)
+                        predicted = row(counts[fine_tuning], fit, factors, strategy, given, gpu=True)
                         predicted.fits = budget.fits(predicted.reserved)
                         rows[fine_tuning].append(predicted)
     active = count(arch).active

@@ -10,15 +10,14 @@ allocator's reserve beyond that.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from vramtune.mechanisms.precision import level_of
-from vramtune.mechanisms.sharding import PARTITIONED
+from vramtune.mechanisms import MECHANISMS
 from vramtune.search.fitting import least_squares, linear_fit
+from vramtune.strategy import Strategy
 
 OPTIMIZER_BYTES = {"adamw": 8, "adam": 8, "momentum": 4, "sgd": 0}  # fp32 state per trainable parameter
-PREFERENCE = {"O2": 0, "O1": 1, "O0": 2}  # predicted best: AMP O2, then O1, then fp32 (speed is not estimated)
 
 
 @dataclass
@@ -43,8 +42,22 @@ class Factors:
     fragmentation: float = 0.08  # a GPU allocator's reserve beyond the allocated peak
     source: str = "stated"
 
-    def activations(self, precision: str) -> float:
-        return {"O0": 1.0, "O1": self.o1_activations, "O2": self.o2_activations}[level_of(precision)]
+    def activations(self, strategy: Strategy) -> float:
+        """The strategy's activation bytes over fp32's (each mechanism's factor)."""
+        factor = 1.0
+        for mechanism in MECHANISMS:
+            factor *= mechanism.activation_factor(strategy, self)
+        return factor
+
+
+@dataclass(frozen=True)
+class Given:
+    """What the estimate is told beside the strategy: the optimizer, whether AMP O2 keeps fp32 gradients
+    (amp_master_grad), and data parallel's fused gradient buffers over the gradients (measured at 2 ranks)."""
+
+    optimizer: str = "adamw"
+    master_grad: bool = False
+    buffer_ratio: float = 0.0
 
 
 @dataclass
@@ -103,39 +116,41 @@ class ActivationFit:
 
 @dataclass
 class Row:
-    precision: str
-    micro_batch: int
-    accumulation: int
-    recomputed_blocks: int
-    sharding_stage: int
-    devices: int
-    weights: int
-    gradients: int
-    optimizer_state: int
-    amp_copies: int
+    """One strategy's predicted per-rank peak: the counted state by part (weights, gradients, optimizer_state and the
+    mechanisms' own, e.g. AMP O1's weight copies), the activations and, on a GPU, the allocator's reserve."""
+
+    strategy: Strategy
+    state: dict[str, int]
     activations: int
     allocator: int
-    buffers: int = 0  # paddle.DataParallel's fused gradient buffers (several ranks, no sharding)
     fits: bool = False
+
+    def __getattr__(self, name: str) -> Any:
+        """The strategy's fields (row.micro_batch) and the state's parts (row.weights), read as the row's."""
+        if name in ("strategy", "state"):
+            raise AttributeError(name)
+        if name in self.state:
+            return self.state[name]
+        return getattr(self.strategy, name)
 
     @property
     def peak(self) -> int:
         """The allocated peak predicted."""
-        return (self.weights + self.gradients + self.optimizer_state + self.amp_copies + self.activations
-                + self.buffers)
+        return sum(self.state.values()) + self.activations
 
     @property
     def reserved(self) -> int:
         return self.peak + self.allocator
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "peak_bytes": self.peak, "reserved_bytes": self.reserved}
+        return {**self.strategy.to_json(), **self.state, "activations": self.activations, "allocator": self.allocator,
+                "fits": self.fits, "peak_bytes": self.peak, "reserved_bytes": self.reserved}
 
     def preference(self) -> tuple:
-        """The predicted best first: AMP O2, O1, fp32; the fewest layers recomputed; the largest micro-batch; the
-        lowest stage."""
-        return (PREFERENCE[level_of(self.precision)], self.recomputed_blocks, -self.micro_batch, self.sharding_stage,
-                self.precision)
+        """The predicted best first, by every mechanism's criteria in their ranks (AMP O2, O1, fp32; the fewest
+        layers recomputed; the largest micro-batch; the lowest stage)."""
+        criteria = [criterion for mechanism in MECHANISMS for criterion in mechanism.preference(self.strategy)]
+        return tuple(key for _, key in sorted(criteria, key=lambda criterion: criterion[0]))
 
 
 def recompute_levels(layers: int) -> list[int]:
@@ -143,39 +158,27 @@ def recompute_levels(layers: int) -> list[int]:
     return sorted({0, layers // 4, layers // 2, 3 * layers // 4, layers})
 
 
-def state(counts: Counts, precision: str, optimizer: str, master_grad: bool = False) -> dict[str, int]:
-    """Unpartitioned bytes of weights, gradients and optimizer state, and O1's half weight copies."""
-    level, fp16 = level_of(precision), precision.startswith("fp16")
-    if level == "O2":
-        kept = counts.batchnorm + (counts.layernorm if fp16 else 0)  # decorate keeps these fp32
-        weights = 2 * (counts.params - kept) + 4 * kept
-        gradients = (4 if master_grad else 2) * counts.trainable
-        optimizer_bytes = (OPTIMIZER_BYTES[optimizer] + 4) * counts.trainable  # + fp32 master weights
-    else:
-        weights, gradients = 4 * counts.params, 4 * counts.trainable
-        optimizer_bytes = OPTIMIZER_BYTES[optimizer] * counts.trainable
-    return {"weights": weights, "gradients": gradients, "optimizer_state": optimizer_bytes,
-            "amp_copies": amp_copies(counts, precision)}
+def state(counts: Counts, strategy: Strategy, given: Given) -> dict[str, int]:
+    """One rank's counted state by part: fp32's (4 B per parameter, gradients and the optimizer's fp32 state of the
+    trainable ones) as every mechanism changes it, in registry order."""
+    parts = {"weights": 4 * counts.params, "gradients": 4 * counts.trainable,
+             "optimizer_state": OPTIMIZER_BYTES[given.optimizer] * counts.trainable}
+    for mechanism in MECHANISMS:
+        parts = mechanism.counted_state(parts, strategy, counts, given)
+    return parts
 
 
-def amp_copies(counts: Counts, precision: str) -> int:
-    """AMP O1 keeps a half copy of each matmul and conv weight for backward."""
-    return 2 * counts.matmul if level_of(precision) == "O1" else 0
+def own_parts(counts: Counts, strategy: Strategy) -> int:
+    """What the mechanisms add to the state beyond the weights, gradients and optimizer state (AMP O1's half weight
+    copies, data parallel's buffers), which a probe's measured state does not count."""
+    parts = state(counts, strategy, Given())
+    return sum(bytes_ for part, bytes_ in parts.items() if part not in ("weights", "gradients", "optimizer_state"))
 
 
-ROW_PART = {"optimizer": "optimizer_state", "gradient": "gradients", "weight": "weights"}  # sharding's names -> Row's
-
-
-def row(counts: Counts, fit: ActivationFit, factors: Factors, *, precision: str, micro_batch: int,
-        accumulation: int, recomputed: int, stage: int, devices: int, optimizer: str, gpu: bool,
-        master_grad: bool = False, buffer_ratio: float = 0.0) -> Row:
-    """buffer_ratio: data parallel's buffers over the gradients they fuse, as measured at 2 ranks."""
-    parts = state(counts, precision, optimizer, master_grad)
-    buffers = int(buffer_ratio * parts["gradients"]) if devices > 1 and not stage else 0
-    for part in PARTITIONED.get(stage, ()) if devices > 1 else ():
-        parts[ROW_PART[part]] //= devices
-    activations = fit.activations(counts.layers, micro_batch, recomputed) * factors.activations(precision)
-    allocated = sum(parts.values()) + buffers + activations
+def row(counts: Counts, fit: ActivationFit, factors: Factors, strategy: Strategy, given: Given, gpu: bool) -> Row:
+    parts = state(counts, strategy, given)
+    activations = fit.activations(counts.layers, strategy.micro_batch, strategy.recomputed_blocks)
+    activations *= factors.activations(strategy)
+    allocated = sum(parts.values()) + activations
     allocator = allocated * factors.fragmentation if gpu else 0.0
-    return Row(precision, micro_batch, accumulation, recomputed, stage, devices, allocator=int(allocator),
-               activations=int(max(0.0, activations)), buffers=buffers, **parts)
+    return Row(strategy, parts, activations=int(max(0.0, activations)), allocator=int(allocator))

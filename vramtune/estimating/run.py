@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating.model import ActivationFit, Counts, Factors, Row, amp_copies, recompute_levels, row
+from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, recompute_levels, row
 from vramtune.forking import ForkServer
 from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
 from vramtune.records import Budget, ProbeResult
@@ -353,16 +353,15 @@ def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budg
     saves = fit.s0 + fit.s1 * counts.layers / fit.width_scale > 0  # recomputing every layer saves memory
     levels = recompute_levels(counts.layers) if spec.settings["recompute"].enabled and saves else [0]
     per_rank = spec.train.target_batch // devices
+    given = Given(spec.train.optimizer, spec.settings["precision"].master_grad, buffer_ratio)
     rows = []
     for precision in precisions:
         for stage in stages:
             for recomputed in levels:
                 for micro in spec.micro_batches():
-                    estimate_row = row(counts, fit, factors, precision=precision, micro_batch=micro,
-                                       accumulation=per_rank // micro, recomputed=recomputed, stage=stage,
-                                       devices=devices, optimizer=spec.train.optimizer, gpu=True,
-                                       master_grad=spec.settings["precision"].master_grad,
-                                       buffer_ratio=buffer_ratio)
+                    strategy = Strategy(precision=precision, micro_batch=micro, accumulation=per_rank // micro,
+                                        recomputed_blocks=recomputed, sharding_stage=stage, devices=devices)
+                    estimate_row = row(counts, fit, factors, strategy, given, gpu=True)
                     estimate_row.fits = budget.fits(estimate_row.reserved)
                     rows.append(estimate_row)
     return rows
@@ -406,7 +405,7 @@ def calibrated(gpu: list[ProbeResult], counts: Counts, fit: ActivationFit) -> Fa
         fp32 = fit.activations(counts.layers, s.micro_batch, 0)
         if s.recomputed_blocks or s.devices > 1 or fp32 <= fit.floor or probe.state_bytes is None:
             continue
-        measured = probe.peak_bytes - probe.state_bytes - amp_copies(counts, s.precision)
+        measured = probe.peak_bytes - probe.state_bytes - own_parts(counts, s)
         ratios[level_of(s.precision)].append(measured / fp32)
     stated = Factors()
     return Factors(o1_activations=statistics.median(ratios["O1"]) if ratios["O1"] else stated.o1_activations,
