@@ -1,12 +1,13 @@
 """The registry is the whole contract: a mechanism written here, in a test file, is read from the spec, searched,
-chosen, labelled, flagged and exported with no edit under vramtune/."""
+chosen, labelled, flagged, exported and estimated with no edit under vramtune/."""
 from __future__ import annotations
 
 import dataclasses
 import json
+from typing import ClassVar
 
 import pytest
-from conftest import mlp_spec
+from conftest import SPECS, mlp_spec
 from fakes import FakeDevice, MiB
 
 from vramtune.mechanisms import Field, Mechanism, register, unregister
@@ -84,3 +85,60 @@ def test_its_spec_key_is_validated_and_off_means_not_searched(half_activations, 
     code, _, _ = cli("probe", write_spec(mlp_spec(**{"search.max_accumulation": 8,
                                                         "search.half_activations": "off"})), "--json")
     assert code == 1 and not any(job.strategy["half_activations"] for job in backend.jobs)
+
+
+class EmaWeights(Mechanism):
+    """Keeps an fp32 moving average of the trainable weights beside them (as PaddleOCR's EMA): 4 more bytes per
+    trainable parameter on every rank, which only the estimate's counted state knows of."""
+
+    name = "ema_weights"
+    fields = (Field("ema", bool, True, "--ema", "-E", "keep an EMA of the weights"),)
+    state_parts: ClassVar[dict[str, str]] = {"ema": "EMA weights"}
+
+    def counted_state(self, state, strategy, counts, given):
+        return {**state, "ema": 4 * counts.trainable if strategy.ema else 0}
+
+    def column(self, strategy, facts):
+        return "EMA", "on" if strategy.ema else "off"
+
+    def phrase(self, strategy, facts):
+        return ("memory", "an EMA of the weights") if strategy.ema else None
+
+
+def _estimate(cli, *arguments) -> tuple[dict, str]:
+    code, out, err = cli("estimate", *arguments, "--json")
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def _heading(err: str) -> str:
+    return next(line for line in err.splitlines() if "largest fitting" in line)
+
+
+def test_a_mechanism_from_a_test_file_is_estimated_and_shown(fake_cli, write_spec):
+    """The estimate asks the registry for each rank's counted state, its table's columns, the best's words and what
+    fills its peak: a mechanism registered here adds its bytes to every row of both estimates (a model's config.json,
+    a spec's CPU probes), counted from the trainable parameters, and is shown."""
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=MiB / 20, blocks=6))
+    model = (SPECS / "formers" / "llama", "--card", "1GiB", "--devices", "2")
+    spec = (write_spec(mlp_spec()), "--card", "64MiB")
+    (answer, _), (estimate, _) = _estimate(cli, *model), _estimate(cli, *spec)
+    register(EmaWeights())
+    try:
+        (answer_ema, answer_err), (estimate_ema, estimate_err) = _estimate(cli, *model), _estimate(cli, *spec)
+    finally:
+        unregister("ema_weights")
+    for fine_tuning in ("LoRA", "full"):
+        trainable = answer[fine_tuning]["counts"]["trainable"]
+        rows, rows_ema = answer[fine_tuning]["rows"], answer_ema[fine_tuning]["rows"]
+        assert len(rows) == len(rows_ema) > 1
+        for row, row_ema in zip(rows, rows_ema):
+            assert "ema" not in row and row_ema["ema"] == 4 * trainable
+            assert row_ema["peak_bytes"] - row["peak_bytes"] == 4 * trainable
+    trainable = estimate_ema["counts"]["trainable"]
+    assert len(estimate["rows"]) == len(estimate_ema["rows"]) > 1
+    for row, row_ema in zip(estimate["rows"], estimate_ema["rows"]):
+        assert row_ema["peak_bytes"] - row["peak_bytes"] == row_ema["ema"] == 4 * trainable > 0
+    for err in (answer_err, estimate_err):
+        assert "┃ EMA ┃" in _heading(err)
+        assert ", an EMA of the weights; peak " in err and ", EMA weights " in err
