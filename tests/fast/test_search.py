@@ -394,6 +394,49 @@ def test_sharding_stages_2_and_3_are_predicted_from_the_counted_state():
     assert outcome.chosen.strategy.sharding_stage == 2
 
 
+def test_a_setting_whose_counted_state_alone_is_over_the_limit_is_not_probed_and_the_report_says_why():
+    """The state counted before the first probe (one rank's, as SearchProblem.state gives it) rules out, without a
+    probe, every strategy whose weights, gradients and optimizer state alone are over the limit: here fp32 without
+    sharding and at stage 1 (64 and 40 GiB per rank of a 38 GiB limit). Without the count the same run probes them
+    (each out of memory without figures on the card) and chooses the same."""
+    def run(counted: bool):
+        device = FakeDevice(fixed=64 * 2**30, per_sample=2**29, saved=0, kind="gpu", card_bytes=40 * 2**30)
+        calls = []
+
+        def state(s):
+            calls.append(len(device.calls))  # how many probes had run when the search asked
+            return device.rank_counts(s)
+
+        prob = problem(40 * 2**30, target=64, devices=4, sharding_stages=[0, 1, 2, 3], speed_rises_with_batch=True)
+        prob.state = state if counted else None
+        return device, Tuner(device.measure(40 * 2**30), prob).run(), calls
+
+    device, outcome, asked = run(counted=True)
+    assert [s.sharding_stage for s in device.calls] == [2] and asked[0] == 0  # asked before the first probe
+    assert outcome.chosen.strategy.sharding_stage == 2
+    assert "fp32 not probed: its counted weights, gradients and optimizer state alone take 64.00 GiB per rank, " \
+           "over the limit of 38.00 GiB" in outcome.notes
+    assert any(n.startswith("fp32 s=1 not probed: its counted weights, gradients and optimizer state alone take "
+                            "40.00 GiB") for n in outcome.notes)
+    uncounted, without, _ = run(counted=False)
+    assert [s.sharding_stage for s in uncounted.calls] == [0, 1, 2]
+    assert without.chosen.strategy == outcome.chosen.strategy
+
+
+def test_a_precision_not_yet_probed_is_predicted_from_its_own_counted_state():
+    """Before its memory group has a probe, its prior is its counted state (with AMP O1's half weight copies, which
+    no probe's state counts) plus the activations measured in another precision, scaled."""
+    device = FakeDevice(fixed=1024 * MiB, per_sample=8 * MiB, amp_cast_bytes=128 * MiB, amp_factor=0.55)
+    prob = problem(4096 * MiB, amp_precisions=["bf16"])
+    tuner = Tuner(device.measure(4096 * MiB), prob)
+    tuner.probe("plain", plan("fp32", 64, 1))
+    o1 = plan("bf16", 64, 1)
+    without = tuner.prior(o1)
+    prob.state = lambda s: {**device.rank_counts(s), "copies": device.amp_cast_bytes if s.precision == "bf16" else 0}
+    assert tuner.prior(o1) - without == pytest.approx(128 * MiB)
+    assert tuner.prior(o1) == pytest.approx(device.peak(o1))
+
+
 def test_batchnorm_models_get_a_micro_batch_floor_and_the_report_says_what_it_cost():
     class BatchNormFake(FakeDevice):
         def result(self, s, budget):

@@ -29,6 +29,8 @@ Progress = Callable[[str, Strategy, "ProbeResult | None"], None]  # (rung, strat
 NEIGHBOUR_MARGIN = 0.03  # a neighbour predicted over the limit by more than this is not probed
 REFINE_MARGIN = 0.10  # at the micro-batch chosen, one level less saving is measured unless predicted this far over
 SAME_FAILURES = 2  # this many probes failing alike, with nothing measured, stop the tuning
+PARTS = ("weight", "gradient", "optimizer")  # the state a probe counts (ProbeResult.PART_bytes)
+GiB = 2**30
 
 
 class BuildFailure(Exception):
@@ -50,6 +52,8 @@ class SearchProblem:
     device: Device
     settings: dict[str, Any] = field(default_factory=dict)  # mechanism name -> its settings from the spec
     speed_rises_with_batch: bool = False  # GPUs: throughput rises with the micro-batch and saturates
+    state: Callable[[Strategy], dict[str, float] | None] | None = None  # one rank's state by part, counted before
+    #                                                                     any probe (search/counted.py), or None
 
 
 @dataclass
@@ -124,6 +128,9 @@ class Tuner:
     def probe(self, rung: str, strategy: Strategy) -> ProbeResult:
         if strategy in self.results:
             return self.results[strategy]
+        alone = self.state_alone(strategy)
+        if alone is not None and alone > self.limit:
+            return self.over_by_state(strategy, alone)
         self.progress(rung, strategy, None)
         result = self.measure(strategy)
         result.rung = result.rung or rung
@@ -156,14 +163,41 @@ class Tuner:
         if len(results) >= SAME_FAILURES and len(errors) == 1 and None not in errors:
             raise BuildFailure(f"every probe failed the same way, not for lack of memory: {errors.pop()}")
 
+    # -- what is counted before any probe ----------------------------------------------------------------
+    def counted(self, strategy: Strategy) -> dict[str, float] | None:
+        """One rank's state by part from the lazy count (weight, gradient, optimizer and the mechanisms' own parts,
+        e.g. AMP O1's half weight copies), or None where the model was not counted."""
+        return self.problem.state(strategy) if self.problem.state is not None else None
+
+    def state_alone(self, strategy: Strategy) -> float | None:
+        """The counted weights, gradients and optimizer state of one rank: all alive at once at every step."""
+        counted = self.counted(strategy)
+        return sum(counted.get(part, 0.0) for part in PARTS) if counted else None
+
+    def over_by_state(self, strategy: Strategy, alone: float) -> ProbeResult:
+        """A strategy whose counted state alone is over the limit, not probed: an unmeasured result (not kept)."""
+        outer = strategy.label(without=tuple(m.name for m in MECHANISMS if m.name not in roles.OUTER))
+        self.note(f"{outer} not probed: its counted weights, gradients and optimizer state alone take "
+                  f"{alone / GiB:.2f} GiB per rank, over the limit of {self.limit / GiB:.2f} GiB")
+        return ProbeResult("oom", strategy, error="its counted state alone is over the limit", rung="counted")
+
+    @staticmethod
+    def unpartitioned(strategy: Strategy) -> Strategy:
+        """The strategy as one rank that keeps its whole state: only the mechanisms that set its memory group on."""
+        return Strategy(**{f.name: getattr(strategy, f.name) if m.memory_group(strategy) else f.default
+                           for m in MECHANISMS for f in m.fields})
+
     def memory_model(self, strategy: Strategy) -> MemoryModel:
         group = memory_group(strategy)
         mine = {s: r for s, r in self.results.items() if memory_group(s) == group}  # O2 counts other parts
-        counts = {part: max((getattr(r, f"{part}_bytes") or 0 for r in mine.values()), default=0)
-                  for part in ("weight", "gradient", "optimizer")}  # the largest: an unpartitioned rank's
-        # the intercept of the line fitted as if unsaved: the whole state, as one unpartitioned rank counts it
+        reported = {part: max((getattr(r, f"{part}_bytes") or 0 for r in mine.values()), default=0)
+                    for part in PARTS}  # the largest: an unpartitioned rank's
+        counted = {} if any(reported.values()) else self.counted(self.unpartitioned(strategy)) or {}
+        counts = {part: counted.get(part, 0.0) for part in PARTS} if counted else reported
+        # the intercept of the line fitted as if unsaved: the whole state, as one unpartitioned rank counts it (what
+        # the probes report, else what was counted, with the mechanisms' own parts: O1's copies)
         return MemoryModel(((s, r.used_bytes) for s, r in mine.items() if r.measured and r.used_bytes),
-                           fixed_bytes=sum(counts.values()) or None, counts=counts)
+                           fixed_bytes=sum(counted.values()) or sum(counts.values()) or None, counts=counts)
 
     def predict(self, strategy: Strategy) -> float | None:
         return self.memory_model(strategy).predict(strategy)
@@ -189,7 +223,7 @@ class Tuner:
                         continue
                     predicted, theirs = model.predict(other), mechanism.activation_scale(other)
                     if predicted is not None and theirs:
-                        state = sum(own.counts.values()) or model.a
+                        state = own.fixed or model.a
                         return state + (predicted - model.a) * scale / theirs - own.known_saving(strategy)
         return None
 

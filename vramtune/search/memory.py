@@ -53,6 +53,7 @@ class MemoryModel:
         while only one micro-batch size is measured. counts (weight, gradient, optimizer bytes) give the savings
         that follow from sizes (sharding): points are fitted as if unsaved, predictions take the saving off."""
         self.counts = counts or {}
+        self.fixed = fixed_bytes
         points = [(s, used + self.known_saving(s)) for s, used in points]
         terms = [m for m in MECHANISMS if type(m).memory_term is not Mechanism.memory_term]
         self.terms = terms
