@@ -11,7 +11,8 @@ import pytest
 from conftest import CONFIGS, SPECS, mlp_spec
 from fakes import BLOCK, FakeDevice, MiB, gpu
 
-from vramtune.doctor.base import CheckRun
+from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict
+from vramtune.mechanisms import Mechanism, register, unregister
 from vramtune.runner import ChildOutcome, classify
 
 SPEC = CONFIGS / "mlp-python-cpu.yaml"
@@ -78,7 +79,7 @@ class FakeChecks:
 def doctor_cli(fake_cli, monkeypatch):
     """doctor_cli(device) -> (invoke, backend, checks): the CLI over a fake device that runs doctor checks (with
     PaddleFormers' own recompute checked, whatever is installed here)."""
-    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: "paddleformers")
+    monkeypatch.setattr("vramtune.mechanisms.recompute.doctor.library", lambda: "paddleformers")
 
     def make(device):
         cli, backend = fake_cli(device)
@@ -336,10 +337,44 @@ def test_a_config_json_estimate_takes_the_saved_doctor_factors_too(doctor_cli):
 def test_the_models_own_recompute_is_checked_on_a_paddle_2_6_cpu_too(monkeypatch):
     """Paddle 2.6 cannot keep the CPU's RNG state in recompute: the check runs the model's own recompute without it,
     as probes do, instead of skipping it."""
-    from vramtune.doctor.recompute import CHECK
+    from vramtune.mechanisms.recompute.doctor import CHECK
     from vramtune.records import Device
 
-    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: "paddlenlp")
+    monkeypatch.setattr("vramtune.mechanisms.recompute.doctor.library", lambda: "paddlenlp")
     assert CHECK.parts(Device("cpu", 0, "cpu", 16 << 30, "2.6.2")) == ("wrapper", "native")
-    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: None)
+    monkeypatch.setattr("vramtune.mechanisms.recompute.doctor.library", lambda: None)
     assert CHECK.parts(Device("cpu", 0, "cpu", 16 << 30, "2.6.2")) == ("wrapper",)
+
+
+class Offload(Check):
+    """A new mechanism's assumption (its check written beside it, here in the test file): offloaded bytes leave
+    the device."""
+
+    name, title = "offload", "offloaded bytes leave the device"
+
+    def judge(self, runs, device) -> Verdict:
+        moved = runs[""].figures["moved"]
+        return Verdict(PASS if moved else FAIL, f"{moved} bytes moved", "" if moved else "offload saves nothing")
+
+
+class OffloadMechanism(Mechanism):
+    name = "offload"
+
+    def doctor_checks(self) -> tuple:
+        return (Offload(),)
+
+
+def test_a_new_mechanism_is_checked_by_its_own_check_in_registry_order(doctor_cli):
+    """Nothing under vramtune/doctor/ names it: the battery runs what the registry's mechanisms declare."""
+    register(OffloadMechanism(), before="data_parallel")
+    try:
+        cli, _, checks = doctor_cli(a100())
+        checks.faults[("offload", "")] = CheckRun("measured", {"moved": 0})
+        code, _, err = cli("doctor")
+    finally:
+        unregister("offload")
+    assert code == 1
+    lines = err.splitlines()
+    assert [line.split()[1] for line in lines if line[:4] in ("pass", "fail", "skip")] == [
+        "device", "counters", "budget", "amp", "recompute", "offload", "ranks", "allocator"]
+    assert "fail  offload    0 bytes moved (0.0s)\n      means: offload saves nothing" in err

@@ -24,13 +24,13 @@ BATCH = {"micro_batch", "accumulation"}
 # The most lines each folder (or top-level module) may still have; lower it when you move names out.
 CEILING = {  # 286 in all on 2026-12-02 (0175a88)
     "estimating": 85,
-    "doctor": 43,
+    "doctor": 2,
     "dialects/paddleformers": 30,
     "dialects/kits": 23,
     "spec": 22,
     "render.py": 2,
     "commands": 11,
-    "child": 9,
+    "child": 1,
     "checking.py": 8,
     "search": 7,
     "session.py": 3,

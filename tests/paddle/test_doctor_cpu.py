@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from vramtune.doctor import BY_NAME
 from vramtune.doctor.base import device_arg
 from vramtune.doctor.battery import run_check
-from vramtune.doctor.recompute import native_skip
+from vramtune.doctor.checks import by_name
 from vramtune.doctor.running import ChildChecks
+from vramtune.mechanisms.recompute.doctor import native_skip
 from vramtune.records import Device
 
 pytestmark = pytest.mark.paddle
@@ -81,15 +81,15 @@ def test_doctor_on_this_cpu_measures_what_applies_and_saves_it(private_cache):
 def test_a_check_whose_child_cannot_run_fails_with_the_childs_error():
     """The counters check aimed at a GPU this Paddle does not have: the child raises, the check fails saying so."""
     card = Device("gpu", 0, "no such card", 16 << 30, "x")
-    result = run_check(BY_NAME["counters"], card, ChildChecks())
+    result = run_check(by_name()["counters"], card, ChildChecks())
     assert result.status == "fail"
     assert result.figure.startswith("the check's child ended crashed: ") and "Error" in result.figure
     assert result.meaning == "vramtune cannot run this on the device: see the error"
 
 
 def test_the_device_check_on_a_missing_gpu_fails_with_paddles_answer():
-    run = ChildChecks().run(BY_NAME["device"], "gpu", "", {}, 120)
-    verdict = BY_NAME["device"].judge({"": run}, None)
+    run = ChildChecks().run(by_name()["device"], "gpu", "", {}, 120)
+    verdict = by_name()["device"].judge({"": run}, None)
     assert run.status == "measured" and verdict.status == "fail"
     assert verdict.figure.startswith("this Paddle build sees no GPU (paddle ")
 
@@ -99,11 +99,11 @@ def test_the_gpu_checks_child_code_runs_on_cpu_as_far_as_paddle_lets_it():
     the allocator flag) and measures, with the CPU's answers (the scaler is disabled there, AMP a no-op)."""
     cpu = Device("cpu", 0, "cpu", 16 << 30, "x")
     checks = ChildChecks()
-    scaler = checks.run(BY_NAME["amp"], device_arg(cpu), "scaler", {}, 300)
+    scaler = checks.run(by_name()["amp"], device_arg(cpu), "scaler", {}, 300)
     assert scaler.status == "measured", scaler.error
     assert (scaler.figures["enabled"], scaler.figures["finite_step_updated"]) == (False, True)
     for part in ("fp32", "fp16-O1", "bf16-O2"):
-        run = checks.run(BY_NAME["amp"], device_arg(cpu), part, {}, 300)
+        run = checks.run(by_name()["amp"], device_arg(cpu), part, {}, 300)
         assert run.status == "measured" and run.figures["activations"] > 16 * MiB, (part, run.error)
-    allocator = checks.run(BY_NAME["allocator"], device_arg(cpu), "", {}, 300)
+    allocator = checks.run(by_name()["allocator"], device_arg(cpu), "", {}, 300)
     assert allocator.status == "measured" and allocator.figures["strategy"] == "auto_growth", allocator.error

@@ -1,6 +1,7 @@
-"""Devices: detection, total memory and AMP support. Imported only in child processes: touching CUDA in the
-parent would hold memory on the card the probes measure. The GPU branch follows Paddle's `paddle.device.cuda`
-API (the same on 2.6 and 3.x); it is verified on CPU-only machines only as far as the shared code goes."""
+"""Devices: detection, total memory, and what each mechanism says the device cannot run (AMP's precisions, its
+`device_limits`). Imported only in child processes: touching CUDA in the parent would hold memory on the card the
+probes measure. The GPU branch follows Paddle's `paddle.device.cuda` API (the same on 2.6 and 3.x); it is verified on
+CPU-only machines only as far as the shared code goes."""
 from __future__ import annotations
 
 import os
@@ -8,10 +9,8 @@ import platform
 
 import paddle
 
+from vramtune.mechanisms import MECHANISMS
 from vramtune.records import Device
-
-CPU_AMP_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there "
-                  "and CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
 
 class DeviceUnavailable(RuntimeError):
@@ -33,26 +32,22 @@ def _gpu_available() -> bool:
     return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
 
 
+def _limits(kind: str, index: int) -> dict[str, str]:
+    """The values the device cannot run, and why, by every mechanism."""
+    return {value: why for mechanism in MECHANISMS for value, why in mechanism.device_limits(kind, index).items()}
+
+
 def describe(device: str) -> Device:
     """Resolve 'auto' | 'cpu' | 'gpu' | 'gpu:N' to a concrete device and what it can do."""
     version = paddle.__version__
     if device == "cpu" or (device == "auto" and not _gpu_available()):
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return Device("cpu", 0, _cpu_name(), total, version, {p: CPU_AMP_REASON for p in ("fp16", "bf16")},
-                      os.cpu_count() or 1)
+        return Device("cpu", 0, _cpu_name(), total, version, _limits("cpu", 0), os.cpu_count() or 1)
     if not _gpu_available():
         raise DeviceUnavailable(f"this Paddle build sees no GPU (paddle {version}, compiled with CUDA: "
                                 f"{paddle.is_compiled_with_cuda()}); install a GPU build (see README) or "
                                 "run on CPU with --device cpu --budget SIZE")
     index = int(device.split(":")[1]) if ":" in device else 0
     properties = paddle.device.cuda.get_device_properties(index)
-    place = f"gpu:{index}"
-    unsupported = {}
-    if not paddle.amp.is_float16_supported(place):
-        unsupported["fp16"] = f"{properties.name} has no fp16 AMP support in this Paddle build"
-    elif properties.major < 7:  # auto_cast and decorate silently run fp32 there (paddle.amp, _is_gpu_float16_supported)
-        unsupported["fp16"] = f"{properties.name} is below compute capability 7.0, where Paddle's fp16 AMP does nothing"
-    if not paddle.amp.is_bfloat16_supported(place):
-        unsupported["bf16"] = f"{properties.name} has no bf16 support (needs compute capability 8.0+)"
-    return Device("gpu", index, properties.name, int(properties.total_memory), version, unsupported,
+    return Device("gpu", index, properties.name, int(properties.total_memory), version, _limits("gpu", index),
                   paddle.device.cuda.device_count())

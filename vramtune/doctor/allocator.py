@@ -14,6 +14,10 @@ GROWING = "auto_growth"  # Paddle's default: the pool grows with what is allocat
 class Allocator(Check):
     name = "allocator"
     title = "the allocator's reserve"
+    calibrates = ("the allocator's reserve",)
+
+    def factors(self, figures: dict[str, dict[str, Any]]) -> dict[str, tuple[str, float]]:
+        return {"fragmentation": ("the allocator's reserve", reserve(figures[""]))}
 
     def skip(self, device: Device) -> str | None:
         if device.kind != "gpu":

@@ -58,6 +58,12 @@ class Check:
     name = ""
     title = ""
     ranks = 1  # >1: each part runs as that many ranks under paddle.distributed.launch
+    calibrates: tuple[str, ...] = ()  # the `estimate` factors a passed run of it measures, in words
+
+    def factors(self, figures: dict[str, dict[str, Any]]) -> dict[str, tuple[str, float]]:
+        """From a passed run's figures (by part): `estimate`'s factors it measures, each Factors field -> (its words
+        in `calibrates`, its value); a factor the figures do not give is left out (it stays stated)."""
+        return {}
 
     def skip(self, device: Device) -> str | None:
         """Why the check cannot run on this device (checked in the parent, before any child)."""

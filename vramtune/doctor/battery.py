@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune import __version__
-from vramtune.doctor import CHECKS
 from vramtune.doctor.base import FAIL, SKIP, Check, CheckResult, CheckRun, Verdict, device_arg
+from vramtune.doctor.checks import checks as every_check
 from vramtune.doctor.running import TIMEOUT, Checks
 from vramtune.records import Device
 from vramtune.store import device_lock_path, file_lock
@@ -64,7 +64,7 @@ def run_check(check: Check, device: Device, checks: Checks) -> CheckResult:
 
 def resolve(request: str, checks: Checks) -> tuple[CheckResult, Device | None]:
     """The device check on what the user asked for ('auto', 'cpu', 'gpu:N'), and the device it found."""
-    check = CHECKS[0]
+    check = every_check()[0]
     runs = {"": checks.run(check, request, "", {}, TIMEOUT)}
     result = _result(check, check.judge(runs, None), runs)
     found = runs[""].figures.get("device")
@@ -77,7 +77,7 @@ def run_doctor(request: str, checks: Checks, say: Say, names: tuple[str, ...] | 
     first, device = resolve(request, checks)
     say(line(first))
     results = [first]
-    chosen = [check for check in CHECKS[1:] if names is None or check.name in names]
+    chosen = [check for check in every_check()[1:] if names is None or check.name in names]
     if device is None:
         results += [_result(check, Verdict(SKIP, "not run", "no device to check (see the device check)"), {})
                     for check in chosen]

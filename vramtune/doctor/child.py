@@ -19,20 +19,21 @@ from vramtune.records import Device
 
 def main(argv: list[str] | None = None) -> NoReturn:
     from vramtune.child.rank import die_with_launcher, rank, world_size
-    from vramtune.doctor import BY_NAME
+    from vramtune.doctor.checks import by_name
     from vramtune.oom import is_oom
     from vramtune.text import short_error
 
     die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m vramtune.doctor.child")
-    parser.add_argument("check", choices=sorted(BY_NAME))
+    checks = by_name()
+    parser.add_argument("check", choices=sorted(checks))
     parser.add_argument("--device", required=True)
     parser.add_argument("--part", default="")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     device = Device.from_json(json.loads(args.device)) if args.device.startswith("{") else args.device
     try:
-        payload = {"status": "measured", **BY_NAME[args.check].measure(device, args.part)}
+        payload = {"status": "measured", **checks[args.check].measure(device, args.part)}
     except Exception as error:
         payload = {"status": "oom" if is_oom(error) else "crashed", "error": short_error(error)}
     write_atomic(f"{args.out}.rank{rank()}" if world_size() > 1 else args.out, json.dumps(payload))

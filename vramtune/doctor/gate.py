@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from vramtune.doctor import GATING
 from vramtune.doctor import saved as saved_results
 from vramtune.doctor.base import FAIL
 from vramtune.doctor.battery import run_doctor
+from vramtune.doctor.checks import GATING
 from vramtune.doctor.running import checks_of
 from vramtune.records import Device
 

@@ -7,13 +7,11 @@ import re
 from pathlib import Path
 
 from vramtune import __version__
-from vramtune.doctor import CHECKS
 from vramtune.doctor.battery import DoctorResult
+from vramtune.doctor.checks import checks as every_check
 from vramtune.files import write_atomic
 from vramtune.records import Device
 from vramtune.store import StoreError, cache_root
-
-ORDER = [check.name for check in CHECKS]
 
 
 def folder() -> Path:
@@ -52,7 +50,8 @@ def save(result: DoctorResult) -> Path:
     if saved:
         names = {check.name for check in result.checks}
         kept = [check for check in saved.checks if check.name not in names]
-        checks = sorted(kept + result.checks, key=lambda check: ORDER.index(check.name))
+        order = [check.name for check in every_check()]
+        checks = sorted(kept + result.checks, key=lambda check: order.index(check.name))
         result = DoctorResult(result.device, checks, result.seconds, result.when)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import paddle
 from paddle.base import core
 
 from vramtune.child.counters import MemoryCounters
+from vramtune.child.rank import rank
 from vramtune.records import Device
 
 WIDTH, HEADS, LAYERS, SEQ, BATCH = 256, 4, 2, 128, 8  # ~1.6M parameters; activations ~100 MiB in fp32
@@ -17,6 +18,11 @@ WIDTH, HEADS, LAYERS, SEQ, BATCH = 256, 4, 2, 128, 8  # ~1.6M parameters; activa
 def use(device: Device) -> MemoryCounters:
     paddle.set_device(device.paddle_device)
     return MemoryCounters(device.kind, device.index)
+
+
+def on_this_rank(device: Device) -> Device:
+    """The GPU this rank measures on, under `paddle.distributed.launch`: the device's index plus the rank's."""
+    return Device.from_json({**device.to_json(), "index": device.index + rank()})
 
 
 def allocated_now(device: Device) -> int:
@@ -43,20 +49,23 @@ def transformer_loss(model: paddle.nn.Layer) -> paddle.Tensor:
     return model(paddle.randn([BATCH, SEQ, WIDTH])).astype("float32").mean()
 
 
-def step_peak(device: Device, model: paddle.nn.Layer, precision: str = "fp32", level: str = "O0",
-              loss: Callable[[paddle.nn.Layer], paddle.Tensor] = transformer_loss) -> dict[str, Any]:
+def step_peak(device: Device, model: paddle.nn.Layer,
+              loss: Callable[[paddle.nn.Layer], paddle.Tensor] = transformer_loss, *,
+              prepare: Callable[[Any, Any], tuple[Any, Any]] | None = None,
+              forward: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+              make_scaler: Callable[[], Any] | None = None) -> dict[str, Any]:
     """One warmup step (the optimizer's state then exists), then one measured step: its allocated (and on a GPU
-    reserved) peak, and `base`, what was allocated before it (weights, gradients, optimizer state)."""
+    reserved) peak, and `base`, what was allocated before it (weights, gradients, optimizer state). A mechanism's
+    check changes the step as its probes do: `prepare` wraps model and optimizer once the optimizer exists,
+    `forward` is the context each forward runs in, `make_scaler` the loss scaler."""
     counters = use(device)
     optimizer = paddle.optimizer.AdamW(learning_rate=1e-4, parameters=model.parameters())
-    dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
-    if level == "O2":
-        model, optimizer = paddle.amp.decorate(models=model, optimizers=optimizer, level="O2", dtype=dtype)
-    scaler = paddle.amp.GradScaler(init_loss_scaling=1024) if precision == "fp16" and device.kind == "gpu" else None
+    if prepare:
+        model, optimizer = prepare(model, optimizer)
+    scaler = make_scaler() if make_scaler else None
 
     def train() -> None:
-        amp = paddle.amp.auto_cast(level=level, dtype=dtype) if level != "O0" else contextlib.nullcontext()
-        with amp:
+        with forward():
             value = loss(model).astype("float32")
         if scaler:
             scaler.scale(value).backward()

@@ -1,5 +1,6 @@
-"""Several devices: two ranks under `paddle.distributed.launch` (NCCL), a data-parallel step on each, each rank's
-peak read (how vramtune's multi-rank probes measure)."""
+"""Data parallel's doctor check (its `doctor_checks`), for every multi-rank probe (sharding's too): two ranks under
+`paddle.distributed.launch` (NCCL), a data-parallel step on each, each rank's peak read (how vramtune's multi-rank
+probes measure)."""
 from __future__ import annotations
 
 from typing import Any
@@ -26,14 +27,11 @@ class Ranks(Check):
         import paddle
         import paddle.distributed as dist
 
-        from vramtune.child.counters import MemoryCounters
-        from vramtune.child.rank import rank
-        from vramtune.doctor.workload import BATCH, SEQ, WIDTH, allocated_now, transformer
+        from vramtune.doctor.workload import BATCH, SEQ, WIDTH, allocated_now, on_this_rank, transformer, use
 
-        paddle.set_device(f"gpu:{device.index + rank()}")
+        local = on_this_rank(device)
+        counters = use(local)
         dist.init_parallel_env()
-        local = Device.from_json({**device.to_json(), "index": device.index + rank()})
-        counters = MemoryCounters("gpu", local.index)
         model = paddle.DataParallel(transformer())
         optimizer = paddle.optimizer.AdamW(learning_rate=1e-4, parameters=model.parameters())
 
@@ -47,7 +45,7 @@ class Ranks(Check):
         counters.start()
         step()
         peak, reserved = counters.peak()
-        return {"rank": rank(), "world_size": dist.get_world_size(), "base": base, "peak": peak,
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "base": base, "peak": peak,
                 "reserved": reserved}
 
     def judge(self, runs: dict[str, CheckRun], device: Device) -> Verdict:

@@ -1,19 +1,20 @@
-"""AMP: under O1 a matmul's output is half precision and a small transformer step peaks below fp32's (the activation
-ratio reported: it calibrates `estimate`); O2's decorate casts the weights and keeps fp32 master weights; GradScaler
-steps, and skips a step whose gradients are not finite. fp16 and bf16 where the device has them. On CPU the check is
-that AMP is a no-op there, as vramtune assumes when it skips AMP on CPU."""
+"""The precision mechanism's doctor check (precision.py's `doctor_checks`; a module beside it until precision.py
+becomes a folder). AMP: under O1 a matmul's output is half precision and a small transformer step peaks below fp32's
+(the activation ratio reported: it calibrates `estimate`); O2's decorate casts the weights and keeps fp32 master
+weights; GradScaler steps, and skips a step whose gradients are not finite. fp16 and bf16 where the device has them.
+On CPU the check is that AMP is a no-op there, as vramtune assumes when it skips AMP on CPU."""
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
+from vramtune.mechanisms.precision import AMP_DTYPES
 from vramtune.records import Device
-
-HALF = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 def precisions(device: Device) -> list[str]:
-    return [p for p in HALF if p not in device.amp_unsupported] if device.kind == "gpu" else list(HALF)
+    return [p for p in AMP_DTYPES if p not in device.amp_unsupported] if device.kind == "gpu" else list(AMP_DTYPES)
 
 
 def _dtypes(device: Device) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def _dtypes(device: Device) -> dict[str, Any]:
     use(device)
     figures: dict[str, Any] = {}
     for precision in precisions(device):
-        dtype = HALF[precision]
+        dtype = AMP_DTYPES[precision]
         x, w = paddle.randn([64, 64]), paddle.randn([64, 64])
         with paddle.amp.auto_cast(level="O1", dtype=dtype):
             out = paddle.matmul(x, w)
@@ -71,10 +72,28 @@ def _scaler(device: Device) -> dict[str, Any]:
 
 
 def _peak(device: Device, part: str) -> dict[str, Any]:
+    """A small transformer's step at one precision, as a probe runs it: O2 decorated, each forward under auto_cast at
+    the level, fp16 on a GPU with a GradScaler."""
+    import contextlib
+
+    import paddle
+
     from vramtune.doctor.workload import step_peak, transformer
 
     precision, _, level = part.partition("-")
-    return step_peak(device, transformer(), precision, level or "O0")
+    dtype = AMP_DTYPES.get(precision, "float32")
+
+    def decorate(model: Any, optimizer: Any) -> tuple[Any, Any]:
+        return paddle.amp.decorate(models=model, optimizers=optimizer, level="O2", dtype=dtype)
+
+    def forward() -> contextlib.AbstractContextManager:
+        return paddle.amp.auto_cast(level=level, dtype=dtype) if level else contextlib.nullcontext()
+
+    def scaler() -> Any:
+        return paddle.amp.GradScaler(init_loss_scaling=1024)
+
+    return step_peak(device, transformer(), prepare=decorate if level == "O2" else None, forward=forward,
+                     make_scaler=scaler if precision == "fp16" and device.kind == "gpu" else None)
 
 
 def activation_ratio(runs: dict[str, CheckRun], part: str) -> float:
@@ -88,6 +107,17 @@ def activation_ratio(runs: dict[str, CheckRun], part: str) -> float:
 class Amp(Check):
     name = "amp"
     title = "AMP O1/O2 and GradScaler"
+    calibrates = ("AMP O1 activations", "AMP O2 activations")
+
+    def factors(self, figures: dict[str, dict[str, Any]]) -> dict[str, tuple[str, float]]:
+        """AMP O1's and O2's activations over fp32's: the median over the precisions the card has."""
+        runs = {part: CheckRun("measured", measured) for part, measured in figures.items()}
+        found = {}
+        for level, factor in (("O1", "o1_activations"), ("O2", "o2_activations")):
+            ratios = [activation_ratio(runs, part) for part in runs if part.endswith(level)]
+            if ratios:
+                found[factor] = (f"AMP {level} activations", statistics.median(ratios))
+        return found
 
     def parts(self, device: Device) -> tuple[str, ...]:
         if device.kind != "gpu":
@@ -128,7 +158,7 @@ class Amp(Check):
     def _judge_gpu(self, runs: dict[str, CheckRun], device: Device) -> Verdict:
         figures, problems = [], []
         for precision, f in runs["dtypes"].figures.items():
-            half = HALF[precision]
+            half = AMP_DTYPES[precision]
             figures.append(f"{precision} O1 matmul {f['o1_matmul']}, O2 weights {f['o2_weight']} with "
                            f"{f['o2_master_count']} master weights {'/'.join(f['o2_masters']) or '-'}")
             if f["o1_matmul"] != half:

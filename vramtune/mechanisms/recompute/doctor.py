@@ -1,6 +1,6 @@
-"""Recompute: vramtune's wrapper (mechanisms/recompute/blocks.py) lowers a small transformer's peak, and so does
-PaddleFormers' or PaddleNLP's own recompute (mechanisms/recompute/native.py, as probes switch it on) on a small Llama
-where one is installed.
+"""Recompute's doctor check (its `doctor_checks`): vramtune's wrapper (blocks.py) lowers a small transformer's peak,
+and so does PaddleFormers' or PaddleNLP's own recompute (native.py, as probes switch it on) on a small Llama where one
+is installed.
 
 Each pair is measured in one process, the recomputed step first: where the peak cannot be reset (Paddle 2.6) the
 plain step's peak still reads right whenever it is the higher one, and when it is not, recompute saved nothing,
