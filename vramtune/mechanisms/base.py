@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     from vramtune.doctor.base import Check
+    from vramtune.estimating.model import Counts, Factors, Given
     from vramtune.reading import Section, Sections
     from vramtune.records import Budget, Device, ProbeResult
     from vramtune.report import Tuned
@@ -76,6 +77,9 @@ class Mechanism:
     #                                   without them (TrainingArguments alone) leaves: writing nothing says the same
     most_cost: float | None = None  # the most throughput it can cost, as a fraction, used in full (a bound, not a
     #                                 measurement: it rules a comparison out before the cost is measured)
+    state_parts: ClassVar[dict[str, str]] = {}  # the parts its `counted_state` adds to a rank's state -> their words
+    preferred: ClassVar[tuple[int, str] | None] = None  # its place in the estimate's predicted best (the lower decides
+    #                                                     first; see `preference`) and what it prefers, in words
 
     # -- the spec (Paddle-free) ----------------------------------------------------------------------------
     def read(self, spec: Sections) -> Any:
@@ -183,6 +187,33 @@ class Mechanism:
     def suggest(self, search: Tuner) -> list[str]:
         """When nothing fits: what of this mechanism would help."""
         return []
+
+    # -- `vramtune estimate` (Paddle-free): what the estimate counts and shows of it ------------------------
+    def counted_state(self, state: dict[str, int], strategy: Strategy, counts: Counts, given: Given
+                      ) -> dict[str, int]:
+        """One rank's counted state (bytes by part: weights, gradients, optimizer_state, and the parts of its own in
+        `state_parts`) as it changes it: applied in registry order to fp32's unpartitioned state (AMP's bytes per
+        parameter, then sharding's partitions)."""
+        return state
+
+    def activation_factor(self, strategy: Strategy, factors: Factors) -> float:
+        """Its activation bytes over those with it off, by the estimate's factors (stated or calibrated from a GPU's
+        probes); the CPU measures fp32 activations."""
+        return 1.0
+
+    def preference(self, strategy: Strategy) -> list[tuple[int, Any]]:
+        """Its criteria in the estimate's predicted best (speed is not estimated): (rank, key) pairs, the lower rank
+        deciding first, the lower key preferred."""
+        return []
+
+    def counted_facts(self, counts: Counts) -> Facts:
+        """Its facts about a model as the estimate knows them from the counts (no probe ran), for its `column` and
+        `phrase` (recompute: the counted layers as its blocks)."""
+        return {}
+
+    def column(self, strategy: Strategy, facts: Facts) -> tuple[str, str] | None:
+        """Its column in the estimate's table of strategies: (heading, cell); None when it has none."""
+        return None
 
     # -- `vramtune doctor` (Paddle-free) ------------------------------------------------------------------
     def doctor_checks(self) -> tuple[Check, ...]:

@@ -12,7 +12,7 @@ precision searched in depth where it could win (fp16-safe retried only after fp1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from vramtune.mechanisms.base import Field, Mechanism, Option
 from vramtune.text import did_you_mean
@@ -135,7 +135,33 @@ class Precision(Mechanism):
         """The estimate's stated factors: AMP O1 keeps ~0.55 of fp32's activation bytes, O2 ~0.5."""
         from vramtune.estimating.model import Factors
 
-        return Factors().activations(strategy.precision)
+        return self.activation_factor(strategy, Factors())
+
+    # -- the estimate ------------------------------------------------------------------------------------
+    state_parts: ClassVar[dict[str, str]] = {"amp_copies": "AMP O1 weight copies"}
+    preferred = (0, "AMP O2, then O1, then fp32")
+
+    def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
+        """O2: half weights (decorate keeps batch norms, and under fp16 layer norms, in fp32), half gradients (fp32
+        with amp_master_grad) and fp32 master weights beside the optimizer's state; O1: fp32 state and a half copy
+        of each matmul and conv weight kept for backward."""
+        level = level_of(strategy.precision)
+        if level == "O2":
+            kept = counts.batchnorm + (counts.layernorm if dtype_of(strategy.precision) == "fp16" else 0)
+            state = {**state, "weights": 2 * (counts.params - kept) + 4 * kept,
+                     "gradients": (4 if given.master_grad else 2) * counts.trainable,
+                     "optimizer_state": state["optimizer_state"] + 4 * counts.trainable}
+        return {**state, "amp_copies": 2 * counts.matmul if level == "O1" else 0}
+
+    def activation_factor(self, strategy, factors) -> float:
+        return {"O0": 1.0, "O1": factors.o1_activations, "O2": factors.o2_activations}[level_of(strategy.precision)]
+
+    def preference(self, strategy) -> list[tuple[int, Any]]:
+        """AMP O2 first, then O1, then fp32 (the most memory saved; speed is not estimated); the name last."""
+        return [(0, {"O2": 0, "O1": 1, "O0": 2}[level_of(strategy.precision)]), (9, strategy.precision)]
+
+    def column(self, strategy, facts) -> tuple[str, str]:
+        return "precision", strategy.precision
 
     def to_arguments(self, tuned):
         precision = tuned.strategy.precision

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from vramtune.mechanisms.base import Field, Launch, Mechanism, Option
 from vramtune.reading import positive
@@ -52,6 +53,14 @@ class DataParallel(Mechanism):
     def memory_term(self, strategy) -> float:
         # paddle.DataParallel's fused gradient buffers; fleet's sharding optimizer goes without them
         return 1.0 if strategy.devices > 1 and not strategy.sharding_stage else 0.0
+
+    state_parts: ClassVar[dict[str, str]] = {"buffers": "data-parallel buffers"}
+
+    def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
+        """paddle.DataParallel's fused gradient buffers, in the ratio to the gradients measured at 2 ranks; fleet's
+        sharding optimizer goes without them."""
+        several = strategy.devices > 1 and not strategy.sharding_stage
+        return {**state, "buffers": int(given.buffer_ratio * state["gradients"]) if several else 0}
 
     def to_arguments(self, tuned):
         devices = tuned.strategy.devices

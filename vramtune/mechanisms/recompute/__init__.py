@@ -67,6 +67,18 @@ class Recompute(Mechanism):
         return "memory", (f"recompute {strategy.recomputed_blocks}/{facts.get('total_blocks') or 0} blocks"
                           + (f" ({granularity})" if granularity != "full" else ""))
 
+    preferred = (1, "the fewest layers recomputed")
+
+    def preference(self, strategy) -> list[tuple[int, int]]:
+        return [(1, strategy.recomputed_blocks)]
+
+    def counted_facts(self, counts) -> dict:
+        return {"total_blocks": counts.layers}
+
+    def column(self, strategy, facts) -> tuple[str, str]:
+        blocks = strategy.recomputed_blocks
+        return "recompute", f"{blocks}/{facts.get('total_blocks') or 0}" if blocks else "-"
+
     def measured_lines(self, facts) -> list[str]:
         total = facts.get("total_blocks")
         return [] if total is None else [f"repeated blocks found: {total}"]
