@@ -205,16 +205,19 @@ class Shape:
     def problem(self) -> SearchProblem:
         return make_problem(self.budget_bytes, self.target_batch, amp_precisions=self.precisions,
                             max_accumulation=self.max_accumulation, speed_rises_with_batch=True,
-                            device=self.device.device(), to_static=self.to_static)
+                            device=self.device.device(), to_static=self.to_static, counted=self.device)
 
 
 def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None = None, amp_precisions=(),
                  unsupported: dict[str, str] | None = None, recompute: bool = True, max_accumulation: int = 64,
                  speed_rises_with_batch: bool = False, devices: int = 1, sharding_stages=(0,),
                  min_micro_batch: int | None = None, to_static: bool = True, device: Device | None = None,
-                 headroom: float = 0.05) -> SearchProblem:
+                 headroom: float = 0.05, counted: FakeDevice | None = None) -> SearchProblem:
     """A search problem as the session makes it from a spec, from the few settings a test varies (no AMP unless
-    asked; sharding stages 2 and 3 need a GPU-kind device)."""
+    asked; sharding stages 2 and 3 need a GPU-kind device; `counted`: the fake whose model the lazy count counts
+    before the first probe, as the session counts it, search/counted.py)."""
+    from vramtune.search.counted import counted_state, given_for
+
     settings = {**default_settings(), "precision": PrecisionSettings(list(amp_precisions)),
                 "recompute": RecomputeSettings(recompute),
                 "accumulation": AccumulationSearch(max_accumulation, None, min_micro_batch), "data_parallel": devices,
@@ -222,7 +225,8 @@ def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None 
     sizes = micro_batches or AccumulationSearch(max_accumulation).candidates(target // devices)
     device = device or Device("gpu" if 2 in sharding_stages else "cpu", 0, "fake", 1 << 40, "0.0-fake",
                               dict(unsupported or {}), count=8)
-    return SearchProblem(target, sizes, Budget(budget, headroom), device, settings, speed_rises_with_batch)
+    state = counted_state(counted.model_counts, given_for("adamw", settings)) if counted is not None else None
+    return SearchProblem(target, sizes, Budget(budget, headroom), device, settings, speed_rises_with_batch, state)
 
 
 def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, vocab: int = 0) -> dict:
@@ -280,4 +284,7 @@ def gpu_shapes() -> list[Shape]:
         Shape("latency-bound small BERT, logits most of its memory, T4 16GB (no bf16)", gpu(
             "T4 16GB", 16, bf16=False, per_sample_time=0.00005, overhead=0.05, recompute_cost=0.2,
             **_transformer(11e6, 4, 128, 256, 4, 30522)), 2048, 16 * GiB, to_static=True),
+        Shape("7B decoder full fine-tune, 24GB: its state alone is over the card", gpu(
+            "RTX 4090 24GB", 24, per_sample_time=1 / 2, **_transformer(6.74e9, 32, 2048, 4096, 32, 32000)),
+              32, 24 * GiB),
     ]
