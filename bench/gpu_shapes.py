@@ -32,13 +32,17 @@ def grid(shape: Shape, prob: SearchProblem) -> list:
 def run(shape: Shape) -> dict:
     prob = shape.problem()
     points = grid(shape, prob)
-    best = max((r for r in points if r.fits), key=lambda r: r.samples_per_sec)
+    best = max((r for r in points if r.fits), key=lambda r: r.samples_per_sec, default=None)
     shape.device.calls.clear()
     outcome = Tuner(shape.device.measure(prob.budget.bytes, prob.budget.headroom), prob).run()
     chosen = outcome.chosen
+    if best is None:  # nothing in the grid fits: right when the search chooses nothing either
+        ratio, fits = float(chosen is None), chosen is None
+    else:
+        ratio = chosen.samples_per_sec / best.samples_per_sec if chosen else 0.0
+        fits = bool(chosen) and prob.budget.fits(chosen.used_bytes)
     return {"shape": shape.name, "probes": len(shape.device.calls), "grid": len(points), "chosen": chosen,
-            "best": best, "ratio": chosen.samples_per_sec / best.samples_per_sec if chosen else 0.0,
-            "fits": bool(chosen) and prob.budget.fits(chosen.used_bytes)}
+            "best": best, "ratio": ratio, "fits": fits}
 
 
 def shape_table() -> str:
@@ -46,14 +50,16 @@ def shape_table() -> str:
              "|---|---:|---:|---|---|---:|---|"]
     for row in map(run, gpu_shapes()):
         chosen = row["chosen"].strategy.label() if row["chosen"] else "none"
+        best = row["best"].strategy.label() if row["best"] else "none"
         lines.append(f"| {row['shape']} | {row['probes']} | {row['grid']} | {chosen} | "
-                     f"{row['best'].strategy.label()} | {row['ratio']:.3f} | {'yes' if row['fits'] else 'NO'} |")
+                     f"{best} | {row['ratio']:.3f} | {'yes' if row['fits'] else 'NO'} |")
     return "\n".join(lines)
 
 
 def _uncounted(device) -> None:
     """The device's probes report no counted state (a source without a count)."""
     original = device.result
+    device.countable = False  # nor does the lazy count
     device.result = lambda s, budget: dataclasses.replace(original(s, budget), weight_bytes=None,
                                                           gradient_bytes=None, optimizer_bytes=None)
 

@@ -253,6 +253,8 @@ def test_gpu_shapes_are_tuned_in_few_probes_and_near_the_best():
     rows = [run(shape) for shape in gpu_shapes()]
     for row in rows:
         assert row["probes"] <= 10 and row["ratio"] >= 0.97 and row["fits"], row
+    over = next(row for row in rows if row["best"] is None)  # the 7B model's counted state alone is over the card
+    assert over["probes"] == 0 and over["chosen"] is None
 
 
 def test_gpu_shapes_still_tune_near_the_best_where_the_prior_is_wrong_or_missing():
@@ -270,7 +272,7 @@ def test_gpu_shapes_still_tune_near_the_best_where_the_prior_is_wrong_or_missing
             shape.device = change(shape.device)
             row = run(shape)
             assert row["ratio"] >= 0.97 and row["fits"], (name, row)
-            assert name != "no counted state" or row["probes"] <= 11, (name, row)
+            assert name != "no counted state" or row["probes"] <= 11 or row["best"] is None, (name, row)
 
 
 def shape_named(name: str):

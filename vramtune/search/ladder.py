@@ -79,6 +79,7 @@ class Tuner:
         self.results: dict[Strategy, ProbeResult] = {}
         self.notes: list[str] = []
         self.learned: dict[str, Facts] = {}  # mechanism name -> what the probes learned about the model
+        self.least_state: float | None = None  # the least counted state of a setting not probed for it
         fixed = {k: v for m in MECHANISMS for k, v in m.fixed(self.settings(m.name)).items()}
         self.base = Strategy(**fixed)  # every mechanism off, the user's fixed fields (ranks) set
 
@@ -177,6 +178,7 @@ class Tuner:
     def over_by_state(self, strategy: Strategy, alone: float) -> ProbeResult:
         """A strategy whose counted state alone is over the limit, not probed: an unmeasured result (not kept)."""
         outer = strategy.label(without=tuple(m.name for m in MECHANISMS if m.name not in roles.OUTER))
+        self.least_state = min(alone, self.least_state or alone)
         self.note(f"{outer} not probed: its counted weights, gradients and optimizer state alone take "
                   f"{alone / GiB:.2f} GiB per rank, over the limit of {self.limit / GiB:.2f} GiB")
         return ProbeResult("oom", strategy, error="its counted state alone is over the limit", rung="counted")
@@ -421,7 +423,12 @@ class Tuner:
 
     def deep_search(self, base: Strategy) -> None:
         """The micro-batch boundary and the throughput walk for one outer setting, then the axes at larger
-        micro-batches while larger is faster; stopped by a numeric failure."""
+        micro-batches while larger is faster; stopped by a numeric failure, or before any probe by a state counted
+        over the limit (no micro-batch or axis shrinks the state)."""
+        alone = self.state_alone(base)
+        if alone is not None and alone > self.limit:
+            self.over_by_state(base, alone)
+            return
         ascending = [self.sized(base, m) for m in reversed(self.problem.micro_batches)]
         best_plain = self.boundary("accumulation", ascending)
         failed = self.unstable(base)
@@ -570,6 +577,11 @@ class Tuner:
         tips = []
         if closest is not None:
             tips.append(f"a budget of at least {self.problem.budget.needed_for(closest.used_bytes)} bytes")
+        elif self.least_state is not None:
+            tips.append(f"a budget of at least {self.problem.budget.needed_for(int(self.least_state))} bytes: the "
+                        f"least counted state (weights, gradients and optimizer state) alone takes "
+                        f"{self.least_state / GiB:.2f} GiB per rank; fewer trainable parameters or more ranks to "
+                        "partition it over shrink it")
         for mechanism in MECHANISMS:
             tips.extend(mechanism.suggest(self))
         tips.append("a shorter sequence / smaller images, or a smaller model")
