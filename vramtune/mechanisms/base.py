@@ -99,6 +99,21 @@ class Mechanism:
         for what does not map."""
         return {}, []
 
+    def from_formers(self, config: Section) -> dict[str, Any]:
+        """The keys of a PaddleFormers 1.x config it reads (the same meanings as its PaddleNLP keys, under that tool's
+        names), as dotted spec keys; problems recorded on the section, by the file's own key names."""
+        return {}
+
+    def to_formers(self, config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
+        """The keys of the user's PaddleFormers config that say its tuned values, and their values
+        (`roundtrip.DELETE` removes a key); `apply` writes those that differ from the file."""
+        return {}
+
+    def formers_on_cpu(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Its GPU-only settings in a PaddleFormers config and the CPU equivalents a probe on CPU runs instead (said
+        in the report, never written back)."""
+        return {}
+
     def inexpressible(self, tuned: Tuned, accepted: frozenset[str]) -> str | None:
         """Why a PaddleNLP parser whose fields are `accepted` cannot be made to train the tuned values as measured,
         or None. `apply` then exports the nearest measured configuration it can express, and says so."""
