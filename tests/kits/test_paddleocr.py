@@ -46,6 +46,25 @@ def test_a_detection_config_is_refused_by_name():
         load_spec(CHECKOUT / "configs/det/PP-OCRv5/PP-OCRv5_mobile_det.yml")
 
 
+@needs_kit
+@pytest.mark.parametrize(("config", "options", "said"), [
+    (MOBILE, ["Global.use_sync_bn=true"], "Global.use_sync_bn: SyncBatchNorm is not measured"),
+    ("configs/rec/rec_r50_fpn_srn.yml", [], "SRN: tools/program.py averages its weights for evaluation"),
+    ("configs/rec/rec_mv3_none_bilstm_ctc.yml", ["Global.to_static=true"], "this config has CRNN and None"),
+    (MOBILE, ["Global.to_static=true", "Global.d2s_train_image_shape=null"], "this config has SVTR_LCNet and None"),
+])
+def test_what_is_not_measured_is_refused_by_name(config, options, said):
+    with pytest.raises(SpecError, match=said):
+        load_spec(CHECKOUT / config, {"kit.options": options})
+    assert load_spec(CHECKOUT / MOBILE, {"kit.options": ["Global.to_static=true"]}).settings["to_static"]
+
+
+@needs_kit
+def test_the_kits_amp_op_lists_are_the_probes():
+    spec = load_spec(CHECKOUT / MOBILE, {"kit.options": ["Global.amp_custom_black_list=[matmul_v2]"]})
+    assert spec.settings["precision"].black_list == ["matmul_v2"] and spec.settings["precision"].white_list == []
+
+
 def ocr_dataset(folder: Path, train: int, evaluate: int, characters: list[str]) -> list[str]:
     """Recognition label files (path, tab, text) over random images; the -o options that train on them once."""
     names = client.write_images(folder / "images", max(train, evaluate), 32, 100)
@@ -87,3 +106,54 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     assert "eval model" in output
     probed = max(exported["peak_bytes"], exported["eval_peaks"]["4"])
     assert abs(peak - probed) / probed < 0.05, (peak, probed)
+
+
+EN_V3 = "configs/rec/PP-OCRv3/en_PP-OCRv3_mobile_rec.yml"  # SVTR_LCNet, 95 characters, one scale (48 x 320)
+STATE_BYTES = """import sys, yaml
+sys.path.insert(0, ".")
+from vramtune.dialects.kits.paddleocr import set_head_sizes
+from ppocr.modeling.architectures import build_model
+from ppocr.postprocess import build_post_process
+config = yaml.safe_load(open(sys.argv[1]))
+set_head_sizes(config, len(build_post_process(config["PostProcess"], config["Global"]).character))
+print(sum(t.numel().item() * t.element_size() for t in build_model(config["Architecture"]).state_dict().values()))
+"""
+
+
+@needs_kit
+@pytest.mark.paddle
+@pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
+def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
+    """Global.use_ema: the kit's ModelEMA (fp32 shadows of the model's state) is in the probe's training peak, the
+    state's bytes above the same config without it; its evaluation of the EMA's weights (the training ones copied
+    aside) in the evaluation peak; the kit's own tools/train.py on the exported file peaks where the probe did."""
+    shape = ["Train.loader.batch_size_per_card=4", "Eval.loader.batch_size_per_card=4"]
+    flags = [f"-O{option}" for option in shape]
+    env = {**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")}
+
+    def vramtune(*arguments: str) -> dict:
+        done = subprocess.run([sys.executable, "-m", "vramtune", *arguments, "--json", *flags], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=1800, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    plain = vramtune("measure", str(CHECKOUT / EN_V3), "--device", "cpu", "--budget", "4GiB", "-m", "4")
+    out = tmp_path / "rec.tuned.yml"
+    exported = vramtune("apply", str(CHECKOUT / EN_V3), "--device", "cpu", "--budget", "4GiB", "--precision", "fp32",
+                        "-o", str(out), "-OGlobal.use_ema=true")["exported"]
+    assert (exported["micro_batch"], exported["eval_batch"]) == (4, 4)
+    state = int(subprocess.run([sys.executable, "-c", STATE_BYTES, EN_V3], cwd=CHECKOUT, env=env, check=True,
+                               capture_output=True, text=True).stdout.split()[-1])
+    assert state > plain["weight_bytes"]  # the state holds buffers beside the weights: ModelEMA copies them all
+    assert exported["peak_bytes"] - plain["peak_bytes"] == pytest.approx(state, rel=0.01)
+    assert exported["eval_peaks"]["4"] - plain["eval_peaks"]["4"] > 2 * state  # the shadows and the copy aside
+
+    characters = (CHECKOUT / "ppocr/utils/en_dict.txt").read_text(encoding="utf-8").split("\n")[:10]
+    options = [*shape, *ocr_dataset(tmp_path / "data", train=12, evaluate=4, characters=characters)]
+    with_ema, output = client.run_train(CHECKOUT, out, [*options, "Global.use_ema=true"], tmp_path, one_flag=True)
+    assert "eval model" in output and "EMA enabled" in output
+    without_ema, _ = client.run_train(CHECKOUT, out, options, tmp_path, one_flag=True)
+    probed = max(exported["peak_bytes"], exported["eval_peaks"]["4"])
+    assert with_ema == pytest.approx(probed, rel=0.05)
+    assert with_ema - without_ema == pytest.approx(probed - max(plain["peak_bytes"], plain["eval_peaks"]["4"]),
+                                                   rel=0.1)

@@ -149,18 +149,20 @@ def on_path(checkout: str) -> Iterator[None]:
             sys.path.remove(checkout)
 
 
-def after_each_step(make: Callable[[], Any], update: Callable[[Any], None]) -> Callable[[], None]:
-    """A kit's EMA as its loop runs it: made once (`make`, from the model), updated after every optimizer step.
-    The probe makes it at the first step's end: after vramtune's AMP has decorated the model (the kits make theirs
-    after their own AMP's decorate) and before the measured steps, whose peak holds it."""
-    made: list[Any] = []
+class KitEMA:
+    """A kit's EMA as its loop runs it: made once (`make`, from the model), updated after every optimizer step (the
+    probe calls it there: BuiltModel.after_step). The probe makes it at the first step's end: after vramtune's AMP
+    has decorated the model (the kits make theirs after their own AMP's decorate) and before the measured steps,
+    whose peak holds it."""
 
-    def after_step() -> None:
-        if not made:
-            made.append(make())
-        update(made[0])
+    def __init__(self, make: Callable[[], Any], update: Callable[[Any], None]):
+        self.make, self.update = make, update
+        self.average: Any = None  # the kit's EMA object, once made
 
-    return after_step
+    def __call__(self) -> None:
+        if self.average is None:
+            self.average = self.make()
+        self.update(self.average)
 
 
 def kit_import_error(kit: str, checkout: str, error: ImportError) -> KitError:

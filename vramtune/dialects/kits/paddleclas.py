@@ -18,9 +18,9 @@ from typing import Any
 
 from vramtune.dialects.kits.config import (
     Kit,
+    KitEMA,
     KitError,
     KitSource,
-    after_each_step,
     apply_options,
     get_key,
     kit_import_error,
@@ -150,7 +150,7 @@ def ema(config: dict[str, Any], model: Any) -> Any:
     from ppcls.utils.ema import ExponentialMovingAverage
 
     decay = (config["EMA"] or {}).get("decay", 0.9999)
-    return after_each_step(lambda: ExponentialMovingAverage(model, decay), lambda average: average.update(model))
+    return KitEMA(lambda: ExponentialMovingAverage(model, decay), lambda average: average.update(model))
 
 
 SOURCE = PaddleClasSource()

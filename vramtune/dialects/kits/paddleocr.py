@@ -15,12 +15,22 @@ long as the dictionary and max_text_length allow, in the config's KeepKeys order
 detection, table and formula configs are refused by name."""
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
 import yaml
 
-from vramtune.dialects.kits.config import Kit, KitError, KitSource, apply_options, get_key, kit_import_error, on_path
+from vramtune.dialects.kits.config import (
+    Kit,
+    KitEMA,
+    KitError,
+    KitSource,
+    apply_options,
+    get_key,
+    kit_import_error,
+    on_path,
+)
 from vramtune.sources.base import BuildError, BuiltModel
 
 FIRST_BS, PER_CARD, EVAL_BATCH = ("Train.sampler.first_bs", "Train.loader.batch_size_per_card",
@@ -29,6 +39,9 @@ OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "momentum": "momentum", "sgd": "
 # tools/program.py: algorithms whose forward takes the labels too
 EXTRA_INPUT = ("SRN", "NRTR", "SAR", "SEED", "SVTR", "SVTR_LCNet", "SPIN", "VisionLAN", "RobustScanner", "RFL",
                "DRRG", "SATRN", "SVTR_HGNet", "ParseQ", "CPPD")
+# ppocr/modeling/architectures apply_to_static: the algorithms tools/train.py can compile (it asserts, else)
+STATIC = ("DB", "SVTR_LCNet", "TableMaster", "LayoutXLM", "SLANet", "SVTR", "SVTR_HGNet", "LaTeXOCR", "UniMERNet",
+          "PP-FormulaNet-S", "PP-FormulaNet-L")
 LR_ADVICE = ("PaddleOCR cannot accumulate gradients: the effective batch falls from {target} to {batch} per card. "
              "Its configs tie each learning rate to the total batch it was set for (`learning_rate: 0.001 # 8gpus "
              "192bs`): scale Optimizer.lr.learning_rate with the batch (linear scaling: x{ratio:.3g} here)")
@@ -65,6 +78,43 @@ def eval_shape(config: dict[str, Any]) -> tuple[int, int]:
     return int(shape[1]), int(shape[2])
 
 
+def refuse_unmeasured(config: dict[str, Any], path: Any) -> None:
+    """KitError naming a key that changes the kit's memory in a way the probe does not measure."""
+    algorithm = get_key(config, "Architecture.algorithm")
+    if get_key(config, "Global.use_sync_bn"):
+        raise KitError(f"{path}: Global.use_sync_bn: SyncBatchNorm is not measured in this version (probe with -O "
+                       "Global.use_sync_bn=False: on one card it keeps the same statistics)")
+    if algorithm == "SRN":
+        raise KitError(f"{path}: Architecture.algorithm SRN: tools/program.py averages its weights for evaluation "
+                       "(paddle.incubate.ModelAverage), which is not measured in this version")
+    if get_key(config, "Global.to_static") and (algorithm not in STATIC
+                                                or get_key(config, "Global.d2s_train_image_shape") is None):
+        raise KitError(f"{path}: Global.to_static: the kit compiles only {', '.join(STATIC)}, and only with "
+                       f"Global.d2s_train_image_shape (its input shape); this config has {algorithm} and "
+                       f"{get_key(config, 'Global.d2s_train_image_shape')}: tools/train.py would stop there")
+
+
+def amp_op_lists(config: dict[str, Any]) -> dict[str, list[str]]:
+    """The kit's AMP op lists (Global.amp_custom_black_list / _white_list) as the spec's, which the probe's AMP
+    applies as the kit's auto_cast does."""
+    return {key: ops for key in ("amp_custom_black_list", "amp_custom_white_list")
+            if (ops := get_key(config, f"Global.{key}"))}
+
+
+def ema(config: dict[str, Any], model: Any) -> KitEMA | None:
+    """The kit's EMA where Global.use_ema (tools/train.py makes ppocr.utils.ema.ModelEMA after AMP's decorate,
+    fp32 shadows of the weights; tools/program.py updates it after each optimizer step), else None."""
+    if not config["Global"].get("use_ema", False):
+        return None
+    from ppocr.utils.ema import ModelEMA
+
+    kit = config["Global"]
+    return KitEMA(lambda: ModelEMA(model, decay=kit.get("ema_decay", 0.9998), gamma=kit.get("ema_gamma", 2000),
+                                   ema_decay_type=kit.get("ema_decay_type", "threshold"),
+                                   ema_filter_no_grad=kit.get("ema_filter_no_grad", False)),
+                  lambda average: average.update(model))
+
+
 class PaddleOCR(Kit):
     def value(self, text: str) -> Any:
         """tools/program.py reads -o values as YAML, all of them after one -o."""
@@ -82,6 +132,7 @@ class PaddleOCR(Kit):
             raise KitError(f"{path}: Architecture.model_type {model_type} "
                            f"({get_key(config, 'Architecture.algorithm')}): only recognition models (rec, not "
                            "distilled) are measured in this version")
+        refuse_unmeasured(config, path)
         key = batch_key(config)
         batch = get_key(config, key)
         if not isinstance(batch, int) or batch < 1:
@@ -94,7 +145,8 @@ class PaddleOCR(Kit):
             "model": {"source": self.name, "config": str(path.resolve()), "checkout": str(self.checkout(path)),
                       "options": list(options), "probe_options": []},
             "data": {},
-            "train": {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001},
+            "train": {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001,
+                      **amp_op_lists(config)},
             "device": "auto", "budget": "auto",
             # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch. No
             # BatchNorm floor: without accumulation a smaller batch is the only way to fit, BatchNorm or not
@@ -191,6 +243,7 @@ class PaddleOCRSource(KitSource):
             model = build_model(config["Architecture"])
             train_loss = build_loss(config["Loss"])
             sample = encoded_sample(config, characters)
+            average = ema(config, model)
         keys = next((op["KeepKeys"]["keep_keys"] for op in config["Train"]["dataset"]["transforms"]
                      if "KeepKeys" in op), ["image", "label"])
         extra_input = config["Architecture"]["algorithm"] in EXTRA_INPUT
@@ -213,20 +266,26 @@ class PaddleOCRSource(KitSource):
             pairs = scales(config, size)
             return [tensors(bs, h or height, w or width) for w, h, bs in pairs] + [[size]]
 
-        turn = [0]
+        turn, aside = [0], []
 
         def loss(network, batch):
             *per_scale, (size,) = batch
             if not network.training:  # evaluation: the Eval shape, forward only (the kit decodes on the host)
+                if average is not None and average.average is not None and not aside:
+                    # tools/program.py evaluates the EMA's weights: the training ones deep-copied aside meanwhile
+                    aside.append(copy.deepcopy(model.state_dict()))
+                    model.set_state_dict(average.average.apply())
                 images = tensors(size, height, width)
                 output = network(images[0], data=images[1:]) if extra_input else network(images[0])
                 return first_output(output).mean()
+            if aside:  # training again: the training weights back, as tools/program.py restores them
+                model.set_state_dict(aside.pop())
             data = per_scale[turn[0] % len(per_scale)]
             turn[0] += 1
             preds = network(data[0], data=data[1:]) if extra_input else network(data[0])
             return train_loss(preds, data)["loss"]
 
-        return BuiltModel(model, make_batch, loss)
+        return BuiltModel(model, make_batch, loss, after_step=average)
 
 
 SOURCE = PaddleOCRSource()
