@@ -129,8 +129,8 @@ class Tuner:
     def probe(self, rung: str, strategy: Strategy) -> ProbeResult:
         if strategy in self.results:
             return self.results[strategy]
-        alone = self.state_alone(strategy)
-        if alone is not None and alone > self.limit:
+        alone = self.state_over_limit(strategy)
+        if alone is not None:
             return self.over_by_state(strategy, alone)
         self.progress(rung, strategy, None)
         result = self.measure(strategy)
@@ -174,6 +174,12 @@ class Tuner:
         """The counted weights, gradients and optimizer state of one rank: all alive at once at every step."""
         counted = self.counted(strategy)
         return sum(counted.get(part, 0.0) for part in PARTS) if counted else None
+
+    def state_over_limit(self, strategy: Strategy) -> float | None:
+        """The counted state of a strategy it alone puts over the limit, on a device where such a probe fails without
+        figures (a GPU); None otherwise. A CPU probe over the budget still measures the closest miss, cheaply."""
+        alone = self.state_alone(strategy)
+        return alone if alone is not None and alone > self.limit and self.problem.device.kind != "cpu" else None
 
     def over_by_state(self, strategy: Strategy, alone: float) -> ProbeResult:
         """A strategy whose counted state alone is over the limit, not probed: an unmeasured result (not kept)."""
@@ -425,8 +431,8 @@ class Tuner:
         """The micro-batch boundary and the throughput walk for one outer setting, then the axes at larger
         micro-batches while larger is faster; stopped by a numeric failure, or before any probe by a state counted
         over the limit (no micro-batch or axis shrinks the state)."""
-        alone = self.state_alone(base)
-        if alone is not None and alone > self.limit:
+        alone = self.state_over_limit(base)
+        if alone is not None:
             self.over_by_state(base, alone)
             return
         ascending = [self.sized(base, m) for m in reversed(self.problem.micro_batches)]
