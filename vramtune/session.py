@@ -19,6 +19,7 @@ from vramtune.report import Report
 from vramtune.roundtrip import RoundTripError
 from vramtune.runner import Backend, DeviceError
 from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
+from vramtune.search.counted import counted_state, given_for
 from vramtune.sources import SOURCES
 from vramtune.spec import Problem, Spec, SpecError
 from vramtune.store import ResultStore, StoreError, device_lock_path, file_lock, spec_key
@@ -124,13 +125,24 @@ def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
     return Strategy.from_json(values)
 
 
+def count_model(session: Session) -> dict[str, Any] | None:
+    """The model's lazy count (child/counting.py, built without memory), or None where it cannot be counted."""
+    job = job_for(session.spec, Strategy(), session.device, session.budget)
+    try:
+        return session.backend.count(job, session.spec.probe.timeout)
+    except DeviceError:
+        return None
+
+
 def search_problem(session: Session) -> SearchProblem:
     """What the search needs to know: the target, the candidates, the budget, the device, each mechanism's
-    settings."""
+    settings, and the state counted before the first probe (counted once, when the search first asks)."""
     spec = session.spec
     return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
                          budget=session.budget, device=session.device, settings=spec.settings,
-                         speed_rises_with_batch=session.device.kind == "gpu")
+                         speed_rises_with_batch=session.device.kind == "gpu",
+                         state=counted_state(lambda: count_model(session), given_for(spec.train.optimizer,
+                                                                                     spec.settings)))
 
 
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
