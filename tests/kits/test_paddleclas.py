@@ -13,7 +13,10 @@ import kit_client as client
 import pytest
 import yaml
 
+from vramtune.dialects.kits.paddleclas import KIT
+from vramtune.report import Tuned
 from vramtune.spec import SpecError, load_spec
+from vramtune.strategy import Strategy
 
 CHECKOUT = client.kit("PaddleClas")
 needs_kit = pytest.mark.skipif(CHECKOUT is None, reason=f"no PaddleClas checkout in {client.KITS}")
@@ -39,6 +42,29 @@ def test_overrides_set_the_batch_and_bad_ones_are_one_message():
     assert spec.train.target_batch == 8 and spec.settings["evaluation"] is None
     with pytest.raises(SpecError, match="must be Key=value"):
         load_spec(CHECKOUT / VIT, {"kit.options": ["Global.epochs"]})
+
+
+@needs_kit
+@pytest.mark.parametrize(("config", "options", "said"), [
+    (RESNET, ["Global.use_dali=True"], "Global.use_dali: DALI decodes and augments on the card"),
+    ("ppcls/configs/reid/strong_baseline/softmax_triplet_with_center.yaml", [], "Optimizer: a list of optimizers"),
+])
+def test_what_is_not_measured_is_refused_by_name(config, options, said):
+    with pytest.raises(SpecError, match=said):
+        load_spec(CHECKOUT / config, {"kit.options": options})
+
+
+def test_amp_with_evaluation_writes_the_evaluation_under_amp_as_measured():
+    """The probe evaluates under the training's AMP; PaddleClas evaluates in fp32 unless AMP.use_fp16_test."""
+    raw = {"AMP": {"use_amp": False, "level": "O1", "use_fp16_test": False},
+           "DataLoader": {"Train": {"sampler": {"batch_size": 64}}}}
+    strategy = Strategy(micro_batch=32, accumulation=2, precision="fp16")
+    evaluated, _ = KIT.changes(raw, Tuned(strategy=strategy, facts={"evaluation": {"eval_batch": 48}}))
+    assert evaluated == {"DataLoader.Train.sampler.batch_size": 32, "Global.update_freq": 2,
+                         "DataLoader.Eval.sampler.batch_size": 48, "AMP.use_amp": True, "AMP.level": "O1",
+                         "AMP.use_fp16_test": True}
+    not_evaluated, _ = KIT.changes(raw, Tuned(strategy=strategy))
+    assert "AMP.use_fp16_test" not in not_evaluated
 
 
 @needs_kit

@@ -60,6 +60,12 @@ class PaddleClas(Kit):
         if not isinstance(batch, int) or batch < 1:
             raise KitError(f"{path}: {TRAIN_BATCH} must be a positive integer, got {batch!r}")
         update_freq = get_key(config, UPDATE_FREQ, 1) or 1
+        if get_key(config, "Global.use_dali"):
+            raise KitError(f"{path}: Global.use_dali: DALI decodes and augments on the card, which the probe does not "
+                           "measure (probe with -O Global.use_dali=False; it leaves the model's memory as it is)")
+        if isinstance(config.get("Optimizer"), list):
+            raise KitError(f"{path}: Optimizer: a list of optimizers (one per part of the model) is not measured in "
+                           "this version")
         optimizer = str(get_key(config, "Optimizer.name", "Momentum")).lower()
         warnings = []
         if optimizer not in OPTIMIZERS:
@@ -97,6 +103,8 @@ class PaddleClas(Kit):
             changes["Global.to_static"] = True
         if strategy.precision != "fp32":
             amp = {"use_amp": True, "level": "O2" if strategy.precision.endswith("-o2") else "O1"}
+            if facts.get("eval_batch") is not None:  # evaluated under AMP, as measured (the kit's default: fp32)
+                amp["use_fp16_test"] = True
             if isinstance(raw.get("AMP"), dict):
                 changes.update({f"AMP.{key}": value for key, value in amp.items()})
             else:  # no AMP section yet: the whole section, as the kit's configs write it
