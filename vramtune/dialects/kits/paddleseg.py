@@ -45,7 +45,8 @@ LR_ADVICE = ("PaddleSeg cannot accumulate gradients: the batch per card falls fr
              "batch (linear scaling: x{ratio:.3g} here)")
 FLAGS_ONLY = ("AMP is set by tools/train.py's flags in PaddleSeg, not by a config key: searched in fp32 only (the "
               "tuned file cannot carry it; `vramtune measure CONFIG` measures one batch under AMP); "
-              "--do_eval evaluates at batch 1 on whole validation images: not measured")
+              "--use_ema (a copy of the weights) and --do_eval (batch 1 on whole validation images) are flags too: "
+              "not measured")
 BASE_ADVICE = ("the tuned file's _base_ paths ({bases}) are relative to its folder: keep it beside {name} (apply's "
                "default output) or the kit will not find them")
 
