@@ -39,7 +39,7 @@ FIXED_SIZE = {"RandomPaddingCrop": ("crop_size", (512, 512)), "Resize": ("target
               "Padding": ("target_size", None), "ScalePadding": ("target_size", (512, 512)),
               "RandomAffine": ("size", (224, 224))}
 VARIABLE_SIZE = ("ResizeStepScaling", "ResizeRangeScaling", "ResizeByShort", "ResizeByLong", "LimitLong",
-                 "RandomScaleAspect", "RandomCenterCrop", "PaddingByAspectRatio")
+                 "RandomCenterCrop", "PaddingByAspectRatio")  # RandomScaleAspect resizes back to the size it got
 LR_ADVICE = ("PaddleSeg cannot accumulate gradients: the batch per card falls from {target} to {batch}. Its configs "
              "set lr_scheduler.learning_rate for their total batch (`batch_size: 4  # total: 4*4`): scale it with the "
              "batch (linear scaling: x{ratio:.3g} here)")
