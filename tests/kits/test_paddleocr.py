@@ -49,7 +49,7 @@ def test_a_detection_config_is_refused_by_name():
 @needs_kit
 @pytest.mark.parametrize(("config", "options", "said"), [
     (MOBILE, ["Global.use_sync_bn=true"], "Global.use_sync_bn: SyncBatchNorm is not measured"),
-    ("configs/rec/rec_r50_fpn_srn.yml", [], "SRN: tools/program.py averages its weights for evaluation"),
+    ("configs/rec/rec_r50_fpn_srn.yml", [], "SRN: tools/program.py averages its weights before it evaluates"),
     ("configs/rec/rec_mv3_none_bilstm_ctc.yml", ["Global.to_static=true"], "this config has CRNN and None"),
     (MOBILE, ["Global.to_static=true", "Global.d2s_train_image_shape=null"], "this config has SVTR_LCNet and None"),
 ])

@@ -13,7 +13,12 @@ from typing import Any
 
 import yaml
 
+from vramtune.mechanisms.evaluation import MECHANISM as EVALUATION
+from vramtune.mechanisms.precision import AMP_DTYPES, AMP_PRECISIONS, dtype_of, level_of
+from vramtune.mechanisms.static_graph import MECHANISM as STATIC_GRAPH
 from vramtune.sources.base import Source
+
+STATIC_KEY = "Global.to_static"  # both kits: the model compiled with paddle.jit.to_static
 
 
 class KitError(Exception):
@@ -78,6 +83,38 @@ class Kit:
     def changes(self, raw: dict[str, Any], tuned: Any) -> tuple[dict[str, Any], list[str]]:
         """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know."""
         raise NotImplementedError
+
+
+def search_off(config: dict[str, Any]) -> dict[str, str]:
+    """The spec's search keys for what neither kit's config can say: recompute, sharding, and to_static unless the
+    config asks for it."""
+    return {"recompute": "off", "sharding": "off", **({} if get_key(config, STATIC_KEY) else {"to_static": "off"})}
+
+
+def eval_phase(batch: int) -> dict[str, Any]:
+    """The spec's evaluation phase at the kit's evaluation batch (loss only: the kits decode on the host)."""
+    return {EVALUATION.name: {"batch": batch, "keep": "loss"}}
+
+
+def evaluated_batch(tuned: Any) -> int | None:
+    """The evaluation batch the probes found to fit, where the config evaluates."""
+    return tuned.facts_of(EVALUATION.name).get("eval_batch")
+
+
+def amp_choices(dtypes: tuple[str, ...]) -> list[str]:
+    """The AMP modes a kit's config can say: every level, in the dtypes (Paddle's names) it has a key for."""
+    return [mode for mode in AMP_PRECISIONS if AMP_DTYPES.get(dtype_of(mode)) in dtypes]
+
+
+def paddle_amp(strategy: Any) -> tuple[str, str]:
+    """Paddle's AMP level (O0: none, O1, O2) and dtype (float16, bfloat16) of a strategy, as the kits' keys say them."""
+    mode = strategy.precision
+    return level_of(mode), AMP_DTYPES.get(dtype_of(mode), "float32")
+
+
+def compiled(tuned: Any) -> dict[str, Any]:
+    """The kit's key when the choice compiles the model."""
+    return {STATIC_KEY: True} if STATIC_GRAPH.weight(tuned.strategy) else {}
 
 
 def literal(text: str) -> Any:

@@ -21,10 +21,16 @@ from vramtune.dialects.kits.config import (
     KitEMA,
     KitError,
     KitSource,
+    amp_choices,
     apply_options,
+    compiled,
+    eval_phase,
+    evaluated_batch,
     get_key,
     kit_import_error,
     on_path,
+    paddle_amp,
+    search_off,
 )
 from vramtune.sources.base import BuildError, BuiltModel
 
@@ -49,8 +55,8 @@ def image_size(config: dict[str, Any]) -> tuple[int, int]:
 
 
 def amp_on(config: dict[str, Any]) -> bool:
-    amp = config.get("AMP")
-    return bool(amp) and bool(amp.get("use_amp", True))
+    section = config.get("AMP")
+    return bool(section) and bool(section.get("use_amp", True))
 
 
 class PaddleClas(Kit):
@@ -78,13 +84,11 @@ class PaddleClas(Kit):
             "train": {"target_batch": batch * update_freq, "optimizer": OPTIMIZERS.get(optimizer, "adamw"),
                       "learning_rate": 0.001},
             "device": "auto", "budget": "auto",
-            "search": {"recompute": "off", "sharding": "off",
-                       "precisions": ["fp16", "fp16-o2"],
-                       **({} if get_key(config, "Global.to_static") else {"to_static": "off"})},
+            # the kit's AMP has no dtype key: Paddle's default, float16
+            "search": {**search_off(config), "precisions": amp_choices(("float16",))},
         }
         if get_key(config, "Global.eval_during_train", False):
-            eval_batch = get_key(config, EVAL_BATCH, batch)
-            spec["train"]["evaluation"] = {"batch": eval_batch, "keep": "loss"}
+            spec["train"].update(eval_phase(get_key(config, EVAL_BATCH, batch)))
         return spec, warnings
 
     @staticmethod
@@ -93,22 +97,21 @@ class PaddleClas(Kit):
         return ["Arch.pretrained=False"] if get_key(config, "Arch.pretrained") else []
 
     def changes(self, raw, tuned):
-        strategy, facts = tuned.strategy, tuned.facts_of("evaluation")
-        changes: dict[str, Any] = {TRAIN_BATCH: strategy.micro_batch}
+        strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)
+        changes: dict[str, Any] = {TRAIN_BATCH: strategy.micro_batch, **compiled(tuned)}
         if strategy.accumulation > 1 or get_key(raw, UPDATE_FREQ) is not None:
             changes[UPDATE_FREQ] = strategy.accumulation
-        if facts.get("eval_batch") is not None:
-            changes[EVAL_BATCH] = facts["eval_batch"]
-        if strategy.to_static:
-            changes["Global.to_static"] = True
-        if strategy.precision != "fp32":
-            amp = {"use_amp": True, "level": "O2" if strategy.precision.endswith("-o2") else "O1"}
-            if facts.get("eval_batch") is not None:  # evaluated under AMP, as measured (the kit's default: fp32)
-                amp["use_fp16_test"] = True
+        if eval_batch is not None:
+            changes[EVAL_BATCH] = eval_batch
+        level, _ = paddle_amp(strategy)
+        if level != "O0":
+            section = {"use_amp": True, "level": level}
+            if eval_batch is not None:  # evaluated under AMP, as measured (the kit's default: fp32)
+                section["use_fp16_test"] = True
             if isinstance(raw.get("AMP"), dict):
-                changes.update({f"AMP.{key}": value for key, value in amp.items()})
+                changes.update({f"AMP.{key}": value for key, value in section.items()})
             else:  # no AMP section yet: the whole section, as the kit's configs write it
-                changes["AMP"] = {"scale_loss": 128.0, "use_dynamic_loss_scaling": True, **amp}
+                changes["AMP"] = {"scale_loss": 128.0, "use_dynamic_loss_scaling": True, **section}
         elif amp_on(raw):
             changes["AMP.use_amp"] = False
         return changes, []

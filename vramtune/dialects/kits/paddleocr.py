@@ -22,14 +22,21 @@ from typing import Any
 import yaml
 
 from vramtune.dialects.kits.config import (
+    STATIC_KEY,
     Kit,
     KitEMA,
     KitError,
     KitSource,
+    amp_choices,
     apply_options,
+    compiled,
+    eval_phase,
+    evaluated_batch,
     get_key,
     kit_import_error,
     on_path,
+    paddle_amp,
+    search_off,
 )
 from vramtune.sources.base import BuildError, BuiltModel
 
@@ -85,13 +92,13 @@ def refuse_unmeasured(config: dict[str, Any], path: Any) -> None:
         raise KitError(f"{path}: Global.use_sync_bn: SyncBatchNorm is not measured in this version (probe with -O "
                        "Global.use_sync_bn=False: on one card it keeps the same statistics)")
     if algorithm == "SRN":
-        raise KitError(f"{path}: Architecture.algorithm SRN: tools/program.py averages its weights for evaluation "
-                       "(paddle.incubate.ModelAverage), which is not measured in this version")
-    if get_key(config, "Global.to_static") and (algorithm not in STATIC
-                                                or get_key(config, "Global.d2s_train_image_shape") is None):
-        raise KitError(f"{path}: Global.to_static: the kit compiles only {', '.join(STATIC)}, and only with "
+        raise KitError(f"{path}: Architecture.algorithm SRN: tools/program.py averages its weights before it "
+                       "evaluates (paddle.incubate.ModelAverage), which is not measured in this version")
+    shape = get_key(config, "Global.d2s_train_image_shape")
+    if get_key(config, STATIC_KEY) and (algorithm not in STATIC or shape is None):
+        raise KitError(f"{path}: {STATIC_KEY}: the kit compiles only {', '.join(STATIC)}, and only with "
                        f"Global.d2s_train_image_shape (its input shape); this config has {algorithm} and "
-                       f"{get_key(config, 'Global.d2s_train_image_shape')}: tools/train.py would stop there")
+                       f"{shape}: tools/train.py would stop there")
 
 
 def amp_op_lists(config: dict[str, Any]) -> dict[str, list[str]]:
@@ -150,29 +157,26 @@ class PaddleOCR(Kit):
             "device": "auto", "budget": "auto",
             # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch. No
             # BatchNorm floor: without accumulation a smaller batch is the only way to fit, BatchNorm or not
-            "search": {"recompute": "off", "sharding": "off", "precisions": ["fp16", "fp16-o2", "bf16", "bf16-o2"],
-                       "min_micro_batch": 1,
-                       **({} if get_key(config, "Global.to_static") else {"to_static": "off"})},
+            "search": {**search_off(config), "precisions": amp_choices(("float16", "bfloat16")),
+                       "min_micro_batch": 1},
             "probe": {"steps": max(3, len(scales(config, batch)))},  # every scale in the measured steps
         }
         if get_key(config, "Global.eval_batch_step") and get_key(config, "Eval"):
-            spec["train"]["evaluation"] = {"batch": get_key(config, EVAL_BATCH, batch), "keep": "loss"}
+            spec["train"].update(eval_phase(get_key(config, EVAL_BATCH, batch)))
         return spec, warnings
 
     def changes(self, raw, tuned):
-        strategy, facts = tuned.strategy, tuned.facts_of("evaluation")
-        target = strategy.batch // strategy.devices  # per card, as the kit's batch keys are
+        strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)
+        target = strategy.micro_batch * strategy.accumulation  # per card, as the kit's batch keys are
         changes: dict[str, Any] = {batch_key(raw): strategy.micro_batch}
         warnings = [LR_ADVICE.format(target=target, batch=strategy.micro_batch,
                                      ratio=strategy.micro_batch / target)] if strategy.micro_batch < target else []
-        if facts.get("eval_batch") is not None:
-            changes[EVAL_BATCH] = facts["eval_batch"]
-        if strategy.to_static:
-            changes["Global.to_static"] = True
-        if strategy.precision != "fp32":
-            changes.update({"Global.use_amp": True,
-                            "Global.amp_level": "O2" if strategy.precision.endswith("-o2") else "O1",
-                            "Global.amp_dtype": "bfloat16" if strategy.precision.startswith("bf16") else "float16"})
+        if eval_batch is not None:
+            changes[EVAL_BATCH] = eval_batch
+        changes.update(compiled(tuned))
+        level, dtype = paddle_amp(strategy)
+        if level != "O0":
+            changes.update({"Global.use_amp": True, "Global.amp_level": level, "Global.amp_dtype": dtype})
         elif get_key(raw, "Global.use_amp"):
             changes["Global.use_amp"] = False
         return changes, warnings
