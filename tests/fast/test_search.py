@@ -1,6 +1,7 @@
 """The ladder and the memory model over a deterministic fake measure function (no Paddle)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 
@@ -618,3 +619,21 @@ def test_a_precision_is_compared_at_a_smaller_micro_batch_where_its_prior_says_i
     assert any(n.startswith("fp32 not searched further: ") and "no faster than fp16-o2 m=256 k=8 r=0 at " in n
                for n in outcome.notes), outcome.notes
     assert ("fp16-o2", 256) not in [(s.precision, s.micro_batch) for s in shape.device.calls]  # modelled, not probed
+
+
+def test_a_speed_is_never_predicted_past_what_an_axis_can_cost_in_full():
+    """One recomputed block measured 40% slower: four extrapolate to 160%, a speed below zero (shown as "predicted
+    0.0 samples/s" once). Recompute can cost at most half the throughput (every forward run once more), so four
+    blocks are predicted at half; an axis with no such bound is not predicted there at all."""
+    from vramtune.mechanisms import BY_NAME
+    from vramtune.search.speed import SpeedModel
+
+    recompute = BY_NAME["recompute"]
+    results = {plan("fp32", 8, 8): ProbeResult("fits", plan("fp32", 8, 8), samples_per_sec=100.0),
+               plan("fp32", 8, 8, 1): ProbeResult("fits", plan("fp32", 8, 8, 1), samples_per_sec=60.0)}
+    model = SpeedModel(results, plan("fp32", 8, 8), [recompute])
+    assert model.predict(plan("fp32", 8, 8, 1), 100.0) == pytest.approx(60.0)
+    assert model.predict(plan("fp32", 8, 8, 4), 100.0) == pytest.approx(100.0 * (1 - recompute.most_cost))
+    unbounded = copy.copy(recompute)
+    unbounded.most_cost = None
+    assert SpeedModel(results, plan("fp32", 8, 8), [unbounded]).predict(plan("fp32", 8, 8, 4), 100.0) is None

@@ -103,9 +103,10 @@ class Tuner:
         return next((why for m in MECHANISMS if (why := m.unsupported(strategy, self.problem.device))), None)
 
     def sized(self, strategy: Strategy, micro_batch: int) -> Strategy:
-        """The strategy reaching the target with this micro-batch (per rank)."""
-        return strategy.with_(micro_batch=micro_batch,
-                              accumulation=self.problem.target_batch // strategy.devices // micro_batch)
+        """The strategy reaching the target with this micro-batch (per rank): as many micro-steps as one, over every
+        rank, leaves of the target."""
+        step = strategy.with_(micro_batch=micro_batch, accumulation=1)
+        return step.with_(accumulation=self.problem.target_batch // step.batch)
 
     def without_axes(self, strategy: Strategy) -> Strategy:
         return strategy.with_(**{f.name: f.default for m in _roles(roles.AXES) for f in m.fields})
@@ -303,9 +304,8 @@ class Tuner:
         for mechanism in MECHANISMS:
             for text in mechanism.notes(self):
                 self.note(text)
-        largest = self.problem.micro_batches[0]
-        whole = largest * self.base.devices == self.problem.target_batch  # the whole batch at once per rank
-        plain = self.sized(self.base, largest)
+        plain = self.sized(self.base, self.problem.micro_batches[0])
+        whole = plain.accumulation == 1  # the whole batch at once per rank
         if self.probe("plain", plain).fits and whole:
             return self.finish()
         if whole:
@@ -424,8 +424,9 @@ class Tuner:
 
     def note_unstable(self, base: Strategy, result: ProbeResult) -> None:
         outer = base.label(without=tuple(m.name for m in MECHANISMS if m.name not in roles.OUTER))
+        more = " or ".join(axis.name for axis in _roles(roles.AXES))
         self.note(f"{outer} not searched further: unstable at {result.strategy.label()} ({result.error}); a smaller "
-                  "micro-batch or more recompute does not cure a numeric failure")
+                  f"micro-batch{f' or more {more}' if more else ''} does not cure a numeric failure")
 
     def deep_search(self, base: Strategy) -> None:
         """The micro-batch boundary and the throughput walk for one outer setting, then the axes at larger

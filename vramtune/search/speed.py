@@ -71,9 +71,13 @@ class SpeedModel:
         return plain / (1 + least * per_sample / step) if per_sample > 0 and step > 0 else plain
 
     def predict(self, strategy: Strategy, measured_plain: float | None = None) -> float | None:
-        """samples/s of a strategy: its measured (or modelled) speed with the axes off, less their costs."""
+        """samples/s of a strategy: its measured (or modelled) speed with the axes off, less their costs. A cost per
+        unit extrapolated past what the axis can cost in full (Mechanism.most_cost) is held there; where the costs
+        would still take all the throughput, the line says nothing there: None."""
         plain = measured_plain or self.plain(strategy.micro_batch)
         used = [(axis, axis.weight(strategy)) for axis in self.axes if axis.weight(strategy)]
         if plain is None or any(self.costs.get(axis.name) is None for axis, _ in used):
             return None
-        return plain * max(0.0, 1 - sum(self.costs[axis.name] * amount for axis, amount in used))
+        lost = sum(min(self.costs[axis.name] * amount, 1.0 if axis.most_cost is None else axis.most_cost)
+                   for axis, amount in used)
+        return plain * (1 - lost) if lost < 1 else None
