@@ -44,8 +44,8 @@ def test_a_gpu_file_is_probed_on_cpu_with_cpu_equivalents_and_written_back_as_it
     code, _, err = cli("apply", path, "--device", "cpu", "--budget", "256MiB", "-o", tmp_path / "out.yaml",
                        "--json")
     assert code == 0, err
-    assert ("probed on CPU with the CPU equivalents of compute_type: 'bf16' -> 'float32', _attn_implementation: "
-            "'flashmask' -> 'eager', sharding: 'stage1' -> ''; fused kernels off") in " ".join(err.split())
+    assert ("probed on CPU with the CPU equivalents of compute_type: 'bf16' -> 'float32', sharding: 'stage1' -> '', "
+            "_attn_implementation: 'flashmask' -> 'eager'; fused kernels off") in " ".join(err.split())
     written = yaml.safe_load((tmp_path / "out.yaml").read_text())
     assert {key: written[key] for key in ("compute_type", "_attn_implementation", "sharding")} == {
         "compute_type": "bf16", "_attn_implementation": "flashmask", "sharding": "stage1"}

@@ -74,7 +74,7 @@ def test_a_gpu_file_is_probed_with_cpu_equivalents_said(config):
     assert spec.settings["precision"].master_grad  # amp_master_grad's default: true
     notes = SOURCES["paddleformers"].notes(spec.model, "cpu")
     assert notes[1] == ("probed on CPU with the CPU equivalents of compute_type: '(default)' -> 'float32', "
-                        "_attn_implementation: '(default)' -> 'eager', sharding: '(default)' -> ''; fused kernels "
+                        "sharding: '(default)' -> '', _attn_implementation: '(default)' -> 'eager'; fused kernels "
                         "off; the file keeps its own settings")
     assert SOURCES["paddleformers"].notes(spec.model, "gpu") == notes[:1]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vramtune.mechanisms.base import Field, Mechanism, Option
+from vramtune.reading import Section
 from vramtune.text import did_you_mean
 
 PURE = "-o2"  # suffix of the O2 precisions
@@ -31,6 +32,7 @@ TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # Paddle's names
 LOSS_SCALE = 2.0**15
+FORMERS_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bf16", "fp16": "fp16"}  # a PaddleFormers compute_type per dtype
 CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
               "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
@@ -103,6 +105,27 @@ class Precision(Mechanism):
             if ops:
                 keys[f"train.amp_custom_{name}"] = ops
         return keys
+
+    def from_formers(self, config) -> dict[str, Any]:
+        """compute_type says the half type (bf16 by default; float32: none), with amp_master_grad on by default; the
+        rest as a PaddleNLP arguments file names them."""
+        compute_type, data = config.data.get("compute_type", "bf16"), config.data
+        arguments = {"bf16": compute_type == "bf16", "fp16": compute_type == "fp16",
+                     "amp_master_grad": data.get("amp_master_grad", True),
+                     **{key: data[key] for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list")
+                        if key in data}}
+        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
+
+    def to_formers(self, config, tuned) -> dict[str, Any]:
+        """On a GPU, compute_type and fp16_opt_level as chosen (a CPU probe's fp32 says nothing of the GPU's)."""
+        if tuned.device_kind == "cpu":
+            return {}
+        precision = tuned.strategy.precision
+        return {"compute_type": FORMERS_COMPUTE_TYPES[dtype_of(precision)],
+                **({"fp16_opt_level": level_of(precision)} if precision != "fp32" else {})}
+
+    def formers_on_cpu(self, arguments) -> dict[str, Any]:
+        return {"compute_type": "float32"} if arguments.get("compute_type", "bf16") != "float32" else {}
 
     def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,

@@ -7,6 +7,7 @@ outer alternative, searched in depth where it lets a larger micro-batch fit than
 from __future__ import annotations
 
 from vramtune.mechanisms.base import Field, Mechanism
+from vramtune.reading import Section
 
 STAGES = (0, 1, 2, 3)
 PARTITIONED = {1: ("optimizer",), 2: ("optimizer", "gradient"), 3: ("optimizer", "gradient", "weight")}
@@ -100,6 +101,18 @@ class Sharding(Mechanism):
                                                        "vramtune does not measure: leave it empty to tune")
         ranks = max(degree or -1, legacy or -1)
         return {"devices": ranks} if ranks > 1 else {}
+
+    def from_formers(self, config) -> dict:
+        """sharding (stage1 by default) and its degree, sharding_parallel_size, as PaddleNLP's keys say them."""
+        data = config.data
+        arguments = {"sharding": data.get("sharding", "stage1"),
+                     "sharding_parallel_degree": data.get("sharding_parallel_size", -1),
+                     **({"sharding_parallel_config": data["sharding_parallel_config"]}
+                        if "sharding_parallel_config" in data else {})}
+        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
+
+    def formers_on_cpu(self, arguments) -> dict:
+        return {"sharding": ""} if arguments.get("sharding", "stage1") else {}
 
     def to_arguments(self, tuned):
         stage = tuned.strategy.sharding_stage

@@ -21,6 +21,10 @@ class StaticGraph(Mechanism):
         wanted = spec.search.get("to_static", str, "auto", choices=("auto", "off")) != "off"
         return wanted and spec.model.data.get("source") != "paddlenlp"
 
+    def from_formers(self, config) -> dict:
+        """The Trainer converts with its own to_static key (refused as not measured): vramtune's is not searched."""
+        return {"search.to_static": "off"}
+
     def label(self, strategy, facts) -> str:
         return "static" if strategy.to_static else ""
 

@@ -1,10 +1,9 @@
 """`--format paddleformers` (the default for a PaddleFormers config): the user's own YAML or JSON file back, with only
 the tuned keys' values changed (comments, order and quoting kept by roundtrip.py).
 
-Written: per_device_train_batch_size and gradient_accumulation_steps; recompute only as the combination PaddleFormers'
-models honour (recompute_granularity full + recompute_method uniform + recompute_num_layers 1: every layer), and a
-combination that recomputes removed when the choice recomputes nothing; on a GPU, compute_type and fp16_opt_level
-from the precision chosen. A probe on CPU measures CPU equivalents of GPU-only settings (compute_type, attention,
+Written: what each mechanism says of its tuned values in this tool's keys (`to_formers`): the batch and its
+accumulation, recompute only as the combination PaddleFormers' models honour (every layer), and on a GPU the
+precision chosen. A probe on CPU measures CPU equivalents of GPU-only settings (compute_type, attention,
 fused kernels, sharding); they are never written: the file out is still the user's file for their GPU.
 """
 from __future__ import annotations
@@ -14,34 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
-from vramtune.mechanisms.precision import dtype_of, level_of
+from vramtune.mechanisms import MECHANISMS
 from vramtune.report import Report, Tuned
 from vramtune.roundtrip import DELETE, set_keys, value_text
 
 NAME, SUFFIX = "paddleformers", ".tuned"
 ACCEPTED = None  # the search explores only what the file can say (recompute every layer or none; no to_static)
-EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
-COMPUTE_TYPES = {"fp32": "float32", "bf16": "bf16", "fp16": "fp16"}
-
-
-def recomputes(config: dict[str, Any]) -> bool:
-    """Whether the file's recompute keys make PaddleFormers' models recompute (every layer)."""
-    return all(config.get(key) == value for key, value in EVERY_LAYER.items())
 
 
 def tuned_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
     """The keys the choice changes, and their new values (DELETE removes a key)."""
-    strategy = tuned.strategy
-    changes: dict[str, Any] = {"per_device_train_batch_size": strategy.micro_batch,
-                               "gradient_accumulation_steps": strategy.accumulation}
-    if strategy.recomputed_blocks:
-        changes.update(EVERY_LAYER)
-    elif recomputes(config):
-        changes.update(dict.fromkeys(EVERY_LAYER, DELETE))
-    if tuned.device_kind != "cpu":
-        changes["compute_type"] = COMPUTE_TYPES[dtype_of(strategy.precision)]
-        if strategy.precision != "fp32":
-            changes["fp16_opt_level"] = level_of(strategy.precision)
+    changes: dict[str, Any] = {}
+    for mechanism in MECHANISMS:
+        changes.update(mechanism.to_formers(config, tuned))
     return {key: value for key, value in changes.items() if value is DELETE or config.get(key) != value}
 
 

@@ -95,13 +95,16 @@ def cache_key(arguments: dict[str, Any], folder: str, datasets: list[str]) -> st
 
 
 def longest_sample(arguments: dict[str, Any], folder: str, datasets: list[str], cache: Path) -> dict[str, Any]:
-    """Parent side: the longest kept sample, from the cache or a child run; {"error": ...} when it cannot run."""
+    """Parent side: the longest kept sample, from the cache or a child run (on CPU, with the CPU equivalents of the
+    file's GPU-only settings); {"error": ...} when it cannot run."""
+    from vramtune.dialects.paddleformers.source import cpu_equivalents
+
     path = cache / f"{cache_key(arguments, folder, datasets)}.json"
     cached = _cached(path)
     if cached is not None:
         return cached
     arguments = {**arguments, "model_name_or_path": folder, "output_dir": str(cache), "device": "cpu",
-                 "compute_type": "float32", "_attn_implementation": "eager", "sharding": "", "amp_master_grad": False}
+                 **cpu_equivalents(arguments), "amp_master_grad": False}
     try:
         done = subprocess.run([sys.executable, "-m", __name__, json.dumps(arguments)], capture_output=True,
                               text=True, timeout=TIMEOUT)

@@ -3,11 +3,10 @@ overrides — read as a spec.
 
 Every key is checked against the keys PaddleFormers' parser accepts (accepted.py): any other key is named, as the
 parser would reject it. The keys that decide the run are read here (the model folder, stage, LoRA, sequence length,
-batch, learning rate, gradient clipping); precision, sharding and evaluation are mapped onto vramtune's mechanisms
-through their PaddleNLP-argument readers (the same meanings under other names: `compute_type` decides bf16/fp16,
-`sharding_parallel_size` is the sharding degree); a key that changes memory and that nothing measures is refused by
-name (keys.py). Everything else is kept untouched for `vramtune apply`. The target batch is
-per_device_train_batch_size x gradient_accumulation_steps.
+batch, learning rate, gradient clipping); each mechanism reads its own keys (`from_formers`: the same meanings
+as its PaddleNLP keys under this tool's names, e.g. `compute_type` the half type); a key that changes memory and
+that nothing measures is refused by name (keys.py). Everything else is kept untouched for `vramtune apply`. The
+target batch is per_device_train_batch_size x gradient_accumulation_steps.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ import yaml
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, VERSION
 from vramtune.dialects.paddleformers.lengths import longest_sample
-from vramtune.mechanisms import BY_NAME
+from vramtune.mechanisms import MECHANISMS
 from vramtune.reading import Problem, Section, SpecError, positive, read_spec_text
 from vramtune.store import cache_root
 from vramtune.text import did_you_mean
@@ -34,8 +33,6 @@ DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRAINER_MAX_GRAD_NORM = 1.0
 DATA_AT_PROBE_TIME = ("the sequence length is read from the training data at probe time (its longest sample kept, "
                       "tokenized by PaddleFormers); not here, which runs no Paddle")
-# the mechanisms that read PaddleNLP arguments with the same meaning as these PaddleFormers keys
-MAPPED_MECHANISMS = ("precision", "sharding", "evaluation")
 
 
 def is_formers_config(data: Any) -> bool:
@@ -154,23 +151,6 @@ def _sequence(section: Section, config: dict[str, Any], folder: str | None, data
                         f"{max_seq_len}): \"{answer['sample']}...\""}
 
 
-def _translated(config: dict[str, Any]) -> dict[str, Any]:
-    """The PaddleNLP argument names the mapped mechanisms read, from this file's keys."""
-    compute_type = config.get("compute_type", "bf16")
-    arguments: dict[str, Any] = {
-        "bf16": compute_type == "bf16", "fp16": compute_type == "fp16",
-        "amp_master_grad": config.get("amp_master_grad", True),
-        "sharding": config.get("sharding", "stage1"),
-        "sharding_parallel_degree": config.get("sharding_parallel_size", -1),
-    }
-    for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list", "sharding_parallel_config",
-                "do_eval", "evaluation_strategy", "per_device_eval_batch_size", "eval_accumulation_steps",
-                "prediction_loss_only"):
-        if key in config:
-            arguments[key] = config[key]
-    return arguments
-
-
 def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) -> tuple[dict[str, Any], list[str]]:
     """The raw spec (as a YAML spec would give it) for a PaddleFormers config, and warnings for the user."""
     problems: list[Problem] = []
@@ -202,7 +182,7 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
     data = _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN, read_data)
     if data.get("seq_note") == DATA_AT_PROBE_TIME:
         warnings.append(DATA_AT_PROBE_TIME)
-    arguments = Section([], file, "", _translated(config))
+    mechanisms = Section([], file, "", config)  # what each mechanism reads of the file (its problems said last)
     raw: dict[str, Any] = {
         "name": Path(file).stem,
         "model": {"source": "paddleformers", "folder": folder, "stage": stage, "arguments": config,
@@ -213,16 +193,15 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
                   **({"max_grad_norm": max_grad_norm} if max_grad_norm and max_grad_norm > 0 else {})},
         "device": "cpu" if config.get("device") == "cpu" else "auto",
         "budget": "auto",
-        "search": {"to_static": "off"},  # the Trainer converts with its own to_static key (refused above)
     }
-    for name in MAPPED_MECHANISMS:
-        for dotted, value in BY_NAME[name].from_arguments(arguments).items():
+    for mechanism in MECHANISMS:
+        for dotted, value in mechanism.from_formers(mechanisms).items():
             node = raw
             *parents, last = dotted.split(".")
             for part in parents:
                 node = node.setdefault(part, {})
             node[last] = value
-    problems.extend(Problem(file, p.key, p.message) for p in arguments.problems)
+    problems.extend(mechanisms.problems)
     if problems:
         raise SpecError(problems)
     return raw, warnings

@@ -48,13 +48,13 @@ class FormersModel:
 
 def cpu_equivalents(arguments: dict[str, Any]) -> dict[str, Any]:
     """The file's GPU-only settings and their CPU equivalents for a probe on CPU (never written back)."""
+    from vramtune.mechanisms import MECHANISMS  # here: at the top it would load while the source registry does
+
     changes: dict[str, Any] = {}
-    if arguments.get("compute_type", "bf16") != "float32":
-        changes["compute_type"] = "float32"
+    for mechanism in MECHANISMS:
+        changes.update(mechanism.formers_on_cpu(arguments))
     if arguments.get("_attn_implementation", "flashmask") != keys.CPU_ATTENTION:
         changes["_attn_implementation"] = keys.CPU_ATTENTION
-    if arguments.get("sharding", "stage1"):
-        changes["sharding"] = ""
     return changes
 
 

@@ -10,11 +10,14 @@ import json
 from dataclasses import dataclass
 
 from vramtune.mechanisms.base import Field, Mechanism, Option
+from vramtune.roundtrip import DELETE
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
 GRANULARITIES = ("full", "full_attn", "core_attn")  # full: the whole block; the others only PaddleNLP models know
 # what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
 MODEL_DEFAULTS = {"recompute_granularity": "full", "no_recompute_layers": None}
+# the one combination of a PaddleFormers config's recompute keys its models honour: every layer
+FORMERS_EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
 
 
 def _not_negative(value: int) -> str | None:
@@ -52,6 +55,15 @@ class Recompute(Mechanism):
         arguments.get("recompute", bool, False)
         arguments.get("recompute_granularity", str, "full", choices=GRANULARITIES)
         arguments.get("no_recompute_layers", list, None)
+        return {}
+
+    def to_formers(self, config, tuned) -> dict:
+        """Every layer when the choice recomputes (the only combination PaddleFormers' models honour, so the search
+        explores nothing else there); the file's combination removed when it recomputes nothing."""
+        if tuned.strategy.recomputed_blocks:
+            return dict(FORMERS_EVERY_LAYER)
+        if all(config.get(key) == value for key, value in FORMERS_EVERY_LAYER.items()):
+            return dict.fromkeys(FORMERS_EVERY_LAYER, DELETE)
         return {}
 
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
