@@ -21,7 +21,6 @@ from vramtune.records import ProbeResult
 from vramtune.runner import Backend
 from vramtune.spec import Problem, Spec, SpecError
 from vramtune.store import StoreError
-from vramtune.strategy import Strategy
 from vramtune.units import SizeError, parse_size
 
 
@@ -46,9 +45,7 @@ def _kit_options(spec: Spec, best: Row) -> list[str] | None:
     """A kit config's predicted best as the kit's own overrides, said (None: not a kit config)."""
     if spec.source not in kit_export.SOURCES:
         return None
-    strategy = Strategy(precision=best.precision, micro_batch=best.micro_batch, accumulation=best.accumulation,
-                        devices=best.devices)
-    options, warnings = kit_export.estimate_options(spec, strategy)
+    options, warnings = kit_export.estimate_options(spec, best.strategy)
     kit = KITS[spec.source]
     render.say(f"as the kit's overrides (the evaluation batch is not estimated):{kit.command_options(options)}")
     for warning in warnings:
