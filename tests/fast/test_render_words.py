@@ -26,7 +26,7 @@ def test_the_choice_line_in_every_mechanism_s_words():
         "sharding stage 1; peak 300.0 MiB of 400.0 MiB (75%; budget 500.0 MiB less 20% headroom), 12.3 samples/s")
     plain = ProbeResult("measured", Strategy(micro_batch=8), peak_bytes=100 * MiB, samples_per_sec=5.0)
     assert choice_line(SimpleNamespace(**{**vars(report), "chosen": plain, "target_batch": 8})).startswith(
-        "chosen: fp32, micro-batch 8 x accumulation 1 = 8, recompute 0/0 blocks; peak 100.0 MiB")
+        "chosen: fp32, micro-batch 8 x accumulation 1 = 8; peak 100.0 MiB")  # nothing recomputed: not said
 
 
 def test_measure_says_the_repeated_blocks_found(fake_cli, write_spec):

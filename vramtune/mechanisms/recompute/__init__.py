@@ -74,8 +74,11 @@ class Recompute(Mechanism):
         return (f"r={strategy.recomputed_blocks}" + (f"/{total}" if total else "")
                 + (f":{granularity}" if granularity != "full" else ""))
 
-    def phrase(self, strategy, facts) -> tuple[str, str]:
+    def phrase(self, strategy, facts) -> tuple[str, str] | None:
+        """Nothing when no block is recomputed (as sharding and data parallel say nothing when off)."""
         granularity = strategy.recompute_granularity
+        if not strategy.recomputed_blocks:
+            return None
         return "memory", (f"recompute {strategy.recomputed_blocks}/{facts.get('total_blocks') or 0} blocks"
                           + (f" ({granularity})" if granularity != "full" else ""))
 
