@@ -17,9 +17,8 @@ from typing import Any
 import paddle
 
 from vramtune.child.preparing import configure
-from vramtune.layer_kinds import BATCHNORM, LAYERNORM, MATMUL
+from vramtune.layer_kinds import BATCHNORM, LAYERNORM, MATMUL, layer_count
 from vramtune.mechanisms import MECHANISMS
-from vramtune.mechanisms.recompute.native import layer_count
 from vramtune.records import ProbeJob
 from vramtune.sources import SOURCES
 from vramtune.strategy import Strategy

@@ -18,6 +18,7 @@ from typing import Any
 
 import paddle
 
+from vramtune.layer_kinds import layer_count
 from vramtune.mechanisms.recompute.blocks import BlockError, rng_state_can_be_preserved
 
 
@@ -46,10 +47,6 @@ def support(config: Any) -> Support:
     if is_formers(config):
         return EVERY_LAYER
     return SUPPORT.get(getattr(config, "model_type", ""), EVERY_LAYER)
-
-
-def layer_count(config: Any) -> int:
-    return int(getattr(config, "num_hidden_layers", 0) or getattr(config, "num_layers", 0) or 0)
 
 
 def configure(config: Any, strategy: Any) -> None:
