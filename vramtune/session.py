@@ -153,7 +153,8 @@ def report(session: Session, outcome: Outcome, seconds: float, reused: int, inte
                   budget=session.budget, target_batch=session.spec.train.target_batch, chosen=outcome.chosen,
                   probes=outcome.probes, notes=SOURCES[session.spec.source].notes(session.spec.model, device.kind)
                   + outcome.notes, closest=outcome.closest,
-                  suggestions=outcome.suggestions, reused=reused, interrupted=interrupted, seconds=seconds)
+                  suggestions=SOURCES[session.spec.source].suggestions(session.spec.model, outcome.suggestions),
+                  reused=reused, interrupted=interrupted, seconds=seconds)
 
 
 def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> Report:

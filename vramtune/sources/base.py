@@ -44,6 +44,11 @@ class Source:
         """What the report should say about measuring this model on this kind of device."""
         return []
 
+    def suggestions(self, settings: Any, tips: list[str]) -> list[str]:
+        """The search's advice when nothing fits, as this source's users say it: a tool whose config names the spec's
+        keys otherwise (a kit's) rewrites them, and drops the advice it cannot follow."""
+        return tips
+
     def identity(self, settings: Any, spec_dir: str) -> dict[str, Any]:
         """What else decides the measurements besides the spec's text (e.g. a factory module's source)."""
         return {}
