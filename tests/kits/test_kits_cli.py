@@ -118,3 +118,23 @@ def test_the_learning_rate_advice_is_per_card_on_several_devices(fake_cli, tmp_p
                           "-o", tmp_path / "rec.yml", "-O", "Train.sampler.first_bs=8")
     assert code == 0, stderr
     assert "the effective batch falls from 8 to 4 per card" in " ".join(stderr.split())
+
+
+@pytest.mark.skipif(OCR is None or CLAS is None, reason=f"no PaddleOCR or PaddleClas checkout in {client.KITS}")
+def test_when_nothing_fits_the_advice_is_in_the_kits_keys(fake_cli):
+    """What the kit's config can say (its batch keys) and what vramtune can try (its flags); no recompute, which
+    neither kit has."""
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("probe", OCR / MOBILE, "--device", "cpu", "--budget", "15MiB", "--precision", "fp32")
+    assert code == 1, stderr
+    said = [line.strip() for line in stderr.splitlines() if "would fit with" in line]
+    assert said[1:] == [
+        "would fit with: a smaller micro-batch: lower Train.sampler.first_bs (else Train.loader.batch_size_per_card; "
+        "-O, or --target-batch) or raise --max-accumulation (now 64; the smallest micro-batch tried was 2)",
+        "would fit with: a shorter sequence / smaller images, or a smaller model"]
+    code, _, stderr = cli("probe", CLAS / VIT, "--device", "cpu", "--budget", "15MiB", "--precision", "fp32",
+                          "-O", "DataLoader.Train.sampler.batch_size=256")
+    said = " ".join(stderr.split())
+    assert code == 1 and "lower DataLoader.Train.sampler.batch_size x Global.update_freq (-O, or --target-batch)" \
+        " or raise --max-accumulation" in said
+    assert "recompute" not in said.replace("r=0", "")

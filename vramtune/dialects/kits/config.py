@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -212,6 +212,8 @@ class KitSource(Source):
     """A kit's model source: the spec's model: keys are written by the dialect, never by hand."""
 
     settings = KitModel
+    # the spec's keys in the search's advice -> how a user of the kit says them (None: the kit's config cannot)
+    words: ClassVar[dict[str, str | None]] = {}
 
     def read(self, model, data):
         settings = KitModel(config=model.get("config", str), checkout=model.get("checkout", str),
@@ -219,6 +221,14 @@ class KitSource(Source):
                             probe_options=model.get("probe_options", list, []) or [])
         data.finish()
         return settings if settings.config and settings.checkout else None
+
+    def suggestions(self, settings, tips):
+        """The advice in the kit's keys and vramtune's flags; what the kit's config cannot say (recompute) left out."""
+        unsaid = [key for key, words in self.words.items() if words is None]
+        said = [tip for tip in tips if not any(key in tip for key in unsaid)]
+        for key, words in self.words.items():
+            said = [tip.replace(key, words) for tip in said] if words else said
+        return said
 
     def identity(self, settings, spec_dir):
         """The config's text and the kit's code decide the model: a changed file is a different model."""

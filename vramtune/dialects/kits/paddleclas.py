@@ -14,7 +14,7 @@ model, loss and optimizer is only EMA (`EMA:`, the kit's ExponentialMovingAverag
 updated after every optimizer step as train.py does), which the probe runs too."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from vramtune.dialects.kits.config import (
     Kit,
@@ -122,6 +122,9 @@ KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoad
 
 class PaddleClasSource(KitSource):
     name = "paddleclas"
+    words: ClassVar[dict[str, str | None]] = {
+        "train.target_batch": f"{TRAIN_BATCH} x {UPDATE_FREQ} (-O, or --target-batch)",
+        "search.max_accumulation": "--max-accumulation", "search.recompute": None}
 
     def build(self, settings, spec_dir, configure):
         import paddle

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -223,6 +223,9 @@ def encoded_sample(config: dict[str, Any], characters: list[str]) -> dict[str, A
 
 class PaddleOCRSource(KitSource):
     name = "paddleocr"
+    words: ClassVar[dict[str, str | None]] = {
+        "train.target_batch": f"{FIRST_BS} (else {PER_CARD}; -O, or --target-batch)",
+        "search.max_accumulation": "--max-accumulation", "search.recompute": None}
     shapes_per_step = True  # a multi-scale sampler's scales take turns
 
     def build(self, settings, spec_dir, configure):
