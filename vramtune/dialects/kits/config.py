@@ -212,8 +212,7 @@ class KitSource(Source):
     """A kit's model source: the spec's model: keys are written by the dialect, never by hand."""
 
     settings = KitModel
-    # the spec's keys in the search's advice -> how a user of the kit says them (None: the kit's config cannot)
-    words: ClassVar[dict[str, str | None]] = {}
+    words: ClassVar[dict[str, str]] = {}  # the spec's keys in the search's advice -> the kit's own (its batch)
 
     def read(self, model, data):
         settings = KitModel(config=model.get("config", str), checkout=model.get("checkout", str),
@@ -223,11 +222,11 @@ class KitSource(Source):
         return settings if settings.config and settings.checkout else None
 
     def suggestions(self, settings, tips):
-        """The advice in the kit's keys and vramtune's flags; what the kit's config cannot say (recompute) left out."""
-        unsaid = [key for key, words in self.words.items() if words is None]
+        """The advice in the kit's keys and vramtune's flags; what the kit's config cannot say (search_off) left out."""
+        unsaid = [f"search.{key}" for key in search_off({})]
         said = [tip for tip in tips if not any(key in tip for key in unsaid)]
-        for key, words in self.words.items():
-            said = [tip.replace(key, words) for tip in said] if words else said
+        for key, words in {"search.max_accumulation": "--max-accumulation", **self.words}.items():
+            said = [tip.replace(key, words) for tip in said]
         return said
 
     def identity(self, settings, spec_dir):

@@ -122,9 +122,8 @@ KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoad
 
 class PaddleClasSource(KitSource):
     name = "paddleclas"
-    words: ClassVar[dict[str, str | None]] = {
-        "train.target_batch": f"{TRAIN_BATCH} x {UPDATE_FREQ} (-O, or --target-batch)",
-        "search.max_accumulation": "--max-accumulation", "search.recompute": None}
+    words: ClassVar[dict[str, str]] = {
+        "train.target_batch": f"{TRAIN_BATCH} x {UPDATE_FREQ} (-O, or --target-batch)"}
 
     def build(self, settings, spec_dir, configure):
         import paddle

@@ -223,9 +223,8 @@ def encoded_sample(config: dict[str, Any], characters: list[str]) -> dict[str, A
 
 class PaddleOCRSource(KitSource):
     name = "paddleocr"
-    words: ClassVar[dict[str, str | None]] = {
-        "train.target_batch": f"{FIRST_BS} (else {PER_CARD}; -O, or --target-batch)",
-        "search.max_accumulation": "--max-accumulation", "search.recompute": None}
+    words: ClassVar[dict[str, str]] = {
+        "train.target_batch": f"{FIRST_BS} (else {PER_CARD}; -O, or --target-batch)"}
     shapes_per_step = True  # a multi-scale sampler's scales take turns
 
     def build(self, settings, spec_dir, configure):
