@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 
 import pytest
 from fakes import FakeDevice, MiB, make_problem, plan
@@ -637,3 +638,22 @@ def test_a_speed_is_never_predicted_past_what_an_axis_can_cost_in_full():
     unbounded = copy.copy(recompute)
     unbounded.most_cost = None
     assert SpeedModel(results, plan("fp32", 8, 8), [unbounded]).predict(plan("fp32", 8, 8, 4), 100.0) is None
+
+
+def test_probe_on_a_gpu_whose_state_alone_is_over_the_budget_runs_no_probe_and_says_why(fake_cli, write_spec):
+    """The CLI over a fake GPU: the session counts the model (FakeBackend.count, as child/counting.py) before the
+    first probe; 20 GiB of AdamW state on a 16 GiB budget: nothing is probed, exit 1, the notes and the budget."""
+    from conftest import mlp_spec
+
+    card = FakeDevice(kind="gpu", name="fake A100 80GB", card_bytes=80 * 2**30, fixed=20 * 2**30, per_sample=2**30)
+    cli, backend = fake_cli(card)
+    spec = write_spec(mlp_spec(device="gpu", budget="16GiB", **{"train.target_batch": 8}), "gpu.yaml")
+    code, out, err = cli("probe", spec, "--json")
+    report = json.loads(out)
+    assert code == 1 and backend.jobs == [] and report["probes"] == [] and report["chosen"] is None, err
+    assert "fp32 not probed: its counted weights, gradients and optimizer state alone take 20.00 GiB per rank, over " \
+           "the limit of 15.20 GiB" in report["notes"]
+    assert report["suggestions"][0] == (
+        f"a budget of more than {int(20 * 2**30 / 0.95) + 1} bytes: the least counted state (weights, gradients and "
+        "optimizer state) alone takes 20.00 GiB per rank, before any activation; fewer trainable parameters or more "
+        "ranks to partition it over shrink it")

@@ -585,10 +585,10 @@ class Tuner:
         if closest is not None:
             tips.append(f"a budget of at least {self.problem.budget.needed_for(closest.used_bytes)} bytes")
         elif self.least_state is not None:
-            tips.append(f"a budget of at least {self.problem.budget.needed_for(int(self.least_state))} bytes: the "
+            tips.append(f"a budget of more than {self.problem.budget.needed_for(int(self.least_state))} bytes: the "
                         f"least counted state (weights, gradients and optimizer state) alone takes "
-                        f"{self.least_state / GiB:.2f} GiB per rank; fewer trainable parameters or more ranks to "
-                        "partition it over shrink it")
+                        f"{self.least_state / GiB:.2f} GiB per rank, before any activation; fewer trainable "
+                        "parameters or more ranks to partition it over shrink it")
         for mechanism in MECHANISMS:
             tips.extend(mechanism.suggest(self))
         tips.append("a shorter sequence / smaller images, or a smaller model")
