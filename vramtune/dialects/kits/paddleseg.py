@@ -32,7 +32,8 @@ BATCH = "batch_size"
 LOADER = "paddleseg/cvlibs/config.py"
 LOADER_FUNCTIONS = ("parse_from_yaml", "merge_config_dicts", "update_config_dict")
 # the kit's optimizer types -> vramtune's (the same state per weight); SGD with momentum is Momentum in the kit too
-OPTIMIZERS = {"sgd": "sgd", "momentum": "momentum", "adam": "adam", "adamw": "adamw"}
+OPTIMIZERS = {"sgd": "sgd", "momentum": "momentum", "adam": "adam", "adamw": "adamw", "adamwdl": "adamw",
+              "adamwdl_cae": "adamw"}  # AdamWDL: AdamW with layer-wise learning rates, the same state
 # transforms that give every image the same size (their size key, its default, as paddleseg/transforms takes them:
 # (width, height)) and the ones after which the size varies again
 FIXED_SIZE = {"RandomPaddingCrop": ("crop_size", (512, 512)), "Resize": ("target_size", (512, 512)),
@@ -47,8 +48,8 @@ FLAGS_ONLY = ("AMP is set by tools/train.py's flags in PaddleSeg, not by a confi
               "tuned file cannot carry it; `vramtune measure CONFIG` measures one batch under AMP); "
               "--use_ema (a copy of the weights) and --do_eval (batch 1 on whole validation images) are flags too: "
               "not measured")
-BASE_ADVICE = ("the tuned file's _base_ paths ({bases}) are relative to its folder: keep it beside {name} (apply's "
-               "default output) or the kit will not find them")
+BASE_ADVICE = ("the tuned file's _base_ paths ({bases}) are relative to its folder: keep it beside the config "
+               "(apply's default output) or the kit will not find them")
 
 
 @functools.cache
@@ -111,7 +112,8 @@ def crop(config: dict[str, Any]) -> tuple[int, int]:
         return int(size[1]), int(size[0])
     raise KitError("train_dataset.transforms: no fixed-size crop or resize (RandomPaddingCrop crop_size, Resize "
                    "target_size, ...) ends them, so the training images' size is the dataset's: a probe needs one "
-                   "(e.g. -O train_dataset.transforms.N.crop_size=[512,512] on a crop)")
+                   "(the kit's --opts replace a list whole: -O \"train_dataset.transforms=[{'type': "
+                   "'RandomPaddingCrop', 'crop_size': [512, 512]}, {'type': 'Normalize'}]\")")
 
 
 def pretrained_keys(node: Any, prefix: str = "model") -> list[str]:
@@ -151,8 +153,8 @@ class PaddleSeg(Kit):
         if get_key(config, "train_dataset.edge") or any(
                 isinstance(t, dict) and t.get("type") == "AddEdgeLabel" for t in
                 get_key(config, "train_dataset.transforms", []) or []):
-            raise KitError(f"{path}: train_dataset edge labels (GSCNN, DecoupledSegNet): not synthesised in this "
-                           "version")
+            raise KitError(f"{path}: train_dataset edge labels (GSCNN, DecoupledSegNet, PIDNet): not synthesised in "
+                           "this version")
         if config.get("to_static_training"):
             raise KitError(f"{path}: to_static_training: True: probes train eager, as tools/train.py does without it "
                            "(-O to_static_training=False measures that)")
@@ -185,8 +187,7 @@ class PaddleSeg(Kit):
         warnings = [LR_ADVICE.format(target=target, batch=batch, ratio=batch / target)] if batch < target else []
         if isinstance(raw, dict) and raw.get("_base_"):
             bases = raw["_base_"]
-            warnings.append(BASE_ADVICE.format(bases=bases if isinstance(bases, str) else ", ".join(bases),
-                                               name="the config"))
+            warnings.append(BASE_ADVICE.format(bases=bases if isinstance(bases, str) else ", ".join(bases)))
         return {BATCH: batch}, warnings
 
 
