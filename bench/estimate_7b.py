@@ -66,7 +66,8 @@ def run_estimate(config: dict[str, Any], arguments: dict[str, Any], card: str,
     """One `vramtune estimate` (this tree's, or the vramtune package in `package`): wall seconds, the process tree's
     peak RSS and the JSON answer."""
     folder = _folder(config, arguments)
-    env = {**os.environ, "VRAMTUNE_CACHE": str(folder / "cache")}
+    # a lock of its own: another vramtune run on this machine holding the CPU's lock would add its wait to the time
+    env = {**os.environ, "VRAMTUNE_CACHE": str(folder / "cache"), "VRAMTUNE_LOCKS": str(folder / "locks")}
     if package is not None:  # before the editable install's finder (which comes after the path)
         env["PYTHONPATH"] = str(package)
     start, peak = time.monotonic(), 0
@@ -92,6 +93,19 @@ def describe(run: dict[str, Any]) -> str:
             f"{answer['probes']} probes; predicted best: {chosen}")
 
 
+def profile(run: dict[str, Any]) -> str:
+    """Each probe of an answer that logs them (this tree's): when it ran (seconds from the first probe asked), its
+    phases in the child and its activations."""
+    lines = []
+    for entry in run["answer"].get("probe_log", []):
+        what = ", ".join(f"{k} {v}" for k, v in entry["probe"].items() if v not in (None, 0, 1, "full")
+                         or k == "micro_batch")
+        phases = " ".join(f"{k} {v:.1f}" for k, v in (entry["phases"] or {}).items())
+        lines.append(f"    {what}: {entry['started']:.1f}-{entry['ended']:.1f} s ({phases}), activations "
+                     f"{(entry['activations'] or 0) / 2**20:.1f} MiB")
+    return "\n".join(lines)
+
+
 def largest_difference(one: dict[str, Any], other: dict[str, Any]) -> float:
     """The largest relative difference between two answers' predicted peaks, row by row."""
     return max(abs(a["peak_bytes"] - b["peak_bytes"]) / b["peak_bytes"]
@@ -103,6 +117,7 @@ def bench(title: str, config: dict[str, Any], arguments: dict[str, Any]) -> None
     parser.add_argument("--card", default="24GiB")
     parser.add_argument("--against", type=Path, help="a folder holding another vramtune package to compare with")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="each probe's time and phases (this tree's runs)")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {"this": [], "other": []}
     for index in range(args.rounds):
@@ -110,7 +125,10 @@ def bench(title: str, config: dict[str, Any], arguments: dict[str, Any]) -> None
         for name in order if args.against else ["this"]:
             run = run_estimate(config, arguments, args.card, args.against if name == "other" else None)
             runs[name].append(run)
-            print(f"{title} on {args.card}, {name}: {describe(run)}", flush=True)
+            print(f"{title} on {args.card}, {name}: {describe(run)} (load average {os.getloadavg()[0]:.1f})",
+                  flush=True)
+            if args.profile and name == "this":
+                print(profile(run), flush=True)
     if args.against:
         ratios = [t["seconds"] / o["seconds"] for t, o in zip(runs["this"], runs["other"], strict=True)]
         print(f"time this/other per round: {', '.join(f'{r:.2f}' for r in ratios)} (median "

@@ -60,6 +60,7 @@ class Estimate:
     probes: int
     notes: list[str] = field(default_factory=list)
     buffer_ratio: float = 0.0  # data parallel's buffers over the gradients, measured at 2 ranks (devices > 1)
+    probe_log: list[dict[str, Any]] = field(default_factory=list)  # each probe: what, when, its phases' seconds
 
     @property
     def best(self) -> Row | None:
@@ -73,7 +74,7 @@ class Estimate:
                 "activation_fit": vars(self.fit), "factors": vars(self.factors), "depth_probed": self.depth_probed,
                 "width_scale": self.width_scale, "rows": [r.to_json() for r in self.rows],
                 "best": best.to_json() if best else None, "seconds": round(self.seconds, 2), "probes": self.probes,
-                "buffer_ratio": self.buffer_ratio, "notes": self.notes}
+                "buffer_ratio": self.buffer_ratio, "notes": self.notes, "probe_log": self.probe_log}
 
 
 def _layer_key(shape: dict[str, Any]) -> str | None:
@@ -147,6 +148,8 @@ class _Prober:
                  say: Say):
         self.spec, self.cpu, self.scale, self.shape, self.vocab, self.say = spec, cpu, scale, shape, vocab, say
         self.asked: dict[tuple, Future] = {}
+        self.log: list[dict[str, Any]] = []
+        self.start = time.monotonic()
         self.results: dict[tuple, ProbeResult] = {}
         self.servers: list[ForkServer] = []
         self.backends: queue.Queue = queue.Queue()
@@ -182,21 +185,28 @@ class _Prober:
             strategy = Strategy(micro_batch=micro, recomputed_blocks=blocks, recompute_granularity=granularity,
                                 devices=devices)
             # the data's shapes are checked once: the depth, width and vocabulary change no shape the data meets
-            self.asked[key] = self.pool.submit(self._measure, spec, strategy, not self.asked)
+            self.asked[key] = self.pool.submit(self._measure, spec, strategy, not self.asked, key)
         return key
 
-    def _measure(self, spec: Spec, strategy: Strategy, check_sample: bool) -> ProbeResult:
+    def _measure(self, spec: Spec, strategy: Strategy, check_sample: bool, key: tuple) -> ProbeResult:
         budget = Budget(PROBE_BUDGET, 0.0)
         reason = unsupported(strategy, self.cpu)
         if reason:
             return ProbeResult("unsupported", strategy, error=reason, budget_bytes=budget.bytes)
         backend = self.backends.get()
+        started = time.monotonic() - self.start
         try:
             job = job_for(spec, strategy, self.cpu, budget)
             job.check_sample = check_sample
-            return backend.measure(job, spec.probe.timeout, budget).judged(budget)
+            result = backend.measure(job, spec.probe.timeout, budget).judged(budget)
         finally:
             self.backends.put(backend)
+        self.log.append({"probe": dict(zip(("depth", "micro_batch", "recomputed", "granularity", "devices", "vocab"),
+                                           key)),
+                         "started": round(started, 2), "ended": round(time.monotonic() - self.start, 2),
+                         "phases": result.phases, "activations": result.peak_bytes and result.state_bytes
+                         and result.peak_bytes - result.state_bytes})
+        return result
 
     def probe(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full",
               devices: int = 1, vocab: int | None = None) -> ProbeResult:
@@ -261,7 +271,7 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
                      f"{logits / max(1, getattr(spec.model, 'seq_len', 1)):.2f} bytes per token and vocabulary entry "
                      f"(measured at {vocab:,} and {2 * vocab:,}), scale the activations back")
     return Estimate(spec.name, card_bytes, budget, devices, counts, fit, factors, rows, probed, scale,
-                    time.monotonic() - start, prober.count, notes, buffer_ratio=ratio)
+                    time.monotonic() - start, prober.count, notes, buffer_ratio=ratio, probe_log=prober.log)
 
 
 def _logits_per_entry(prober: _Prober, depth: int | None, micro: int) -> float:
@@ -283,11 +293,11 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     there is one)."""
     first = depths[0]
     sizes = [1, 2]
-    for depth, micro in [(first, 1), (first, 2), *[(depth, 1) for depth in depths[1:]]]:
+    for depth, micro in [(first, 1), *[(depth, 1) for depth in depths[1:]], (first, 2)]:
         prober.ask(depth, micro)  # the likely probes, asked ahead: they run side by side
     if prober.vocab:
         prober.ask(first, 1, vocab=2 * prober.vocab)
-    if recompute:
+    elif recompute:  # at a reduced vocabulary, where to probe recompute follows from the probes above
         for depth in recompute_depths:
             if depth:
                 prober.ask(depth, 1, depth, "full")
@@ -313,35 +323,49 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     if recompute and total:
         options = facts.get("recompute_options") or {"granularities": ["full"]}
         granularity = "full" if "full" in options["granularities"] else options["granularities"][0]
+        micro = large if floor else small
+        if prober.vocab and per_entry > 0:
+            raised = {depth: _raised_vocab(prober.vocab, vocab, per_entry, micro, probed, depth or total)
+                      for depth in recompute_depths}
+            for depth in recompute_depths:  # asked together: they run side by side
+                prober.ask(depth, micro, depth or total, granularity, vocab=raised[depth])
         for depth in recompute_depths:
-            blocks, micro = depth or total, large if floor else small
-            result = prober.probe(depth, micro, blocks, granularity)
-            while floor and _activations(result) < GROWTH * floor and micro < MAX_MICRO_BATCH:
-                micro *= 2
-                result = prober.probe(depth, micro, blocks, granularity)
-            recomputed.append((blocks, micro, _activations(result) if not prober.vocab
-                               else _recomputed_at(prober, (depth, micro, blocks, granularity), per_entry, vocab,
-                                                   probed.a0 + micro * probed.b0)))
+            blocks, at = depth or total, micro
+            if prober.vocab and per_entry > 0:
+                recomputed.append((blocks, at, _recomputed_at(prober, (depth, at, blocks, granularity), per_entry,
+                                                              vocab, raised[depth], probed)))
+                continue
+            result = prober.probe(depth, at, blocks, granularity)
+            while floor and _activations(result) < GROWTH * floor and at < MAX_MICRO_BATCH:
+                at *= 2
+                result = prober.probe(depth, at, blocks, granularity)
+            recomputed.append((blocks, at, _activations(result)))
     return plain, recomputed, floor, per_entry
 
 
-def _recomputed_at(prober: _Prober, probe: tuple, per_entry: float, vocab: int, outside: float) -> float:
-    """Recomputed activations at the model's vocabulary. With the layers recomputed, a small vocabulary's peak may be
-    a layer rebuilt in backward (which no vocabulary changes) rather than the logits: the next probe's vocabulary is
-    where the logits moment, at least `outside` (the plain probes' activations outside the layers, at the probes'
-    vocabulary) plus the logits added, passes that peak by a quarter; doubled while the peak does not grow with it;
-    then scaled back."""
-    micro, low = probe[1], prober.vocab or vocab
-    below = _activations(prober.probe(*probe, vocab=low))
-    if per_entry <= 0:  # no logits over the vocabulary (a classifier): nothing to scale
-        return below
-    high = low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, below - outside) / (micro * per_entry * ROUND_VOCAB))
+def _raised_vocab(low: int, vocab: int, per_entry: float, micro: int, probed: ActivationFit, depth: int) -> int:
+    """Where a recompute probe's vocabulary goes (a reduced vocabulary's recomputed peak may be a layer rebuilt in
+    backward, which no vocabulary changes, rather than the logits): the vocabulary at which the logits moment, at
+    least the plain probes' activations outside the layers plus the logits added, passes by a quarter of the layers'
+    activations the plain probe's whole peak at the reduced vocabulary, which no moment of the recomputed step
+    exceeds (it holds less of each layer; probed at full depth, the layers are not apart: all of it)."""
+    layers = micro * probed.b1 * depth if probed.b1 else probed.a0 + micro * probed.b0
+    return min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
+
+
+def _recomputed_at(prober: _Prober, probe: tuple, per_entry: float, vocab: int, high: int,
+                   probed: ActivationFit) -> float:
+    """Recomputed activations at the model's vocabulary, from a probe at vocabulary `high` (_raised_vocab) scaled
+    back: where its peak is above the plain probe's at the reduced vocabulary (so the logits, not a rebuilt layer,
+    set it), or at the whole vocabulary; doubled otherwise."""
+    depth, micro = probe[0], probe[1]
+    bound = probed.a0 + micro * (probed.b0 + probed.b1 * (depth or 0))
     while True:
         high = min(high, vocab)
         above = _activations(prober.probe(*probe, vocab=high))
-        if above - below > micro * per_entry * (high - low) / 8 or high == vocab:
+        if above > bound or high == vocab:
             return above + micro * per_entry * (vocab - high)
-        low, below, high = high, above, 2 * high
+        high *= 2
 
 
 def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
