@@ -122,6 +122,21 @@ def describe(value: Any) -> str:
     return f"{kind} ({value!r})" if not isinstance(value, (dict, list)) else kind
 
 
+def switched_on(value: Any) -> bool:
+    """A flag's value that switches something on, as PaddleNLP's and PaddleFormers' files say it ("no", "none" and
+    "false" do not)."""
+    return bool(value) and value not in ("no", "none", "false", "False")
+
+
+def refuse_when_on(section: Section, key: str, what_to_do: str) -> None:
+    """A key that, switched on, changes memory in a way vramtune does not measure: read (nothing refuses it again)
+    and, when on, refused by name with what to do."""
+    value = section.data.get(key)
+    section.seen.add(key)
+    if switched_on(value):
+        section.fail(key, f"{value!r} changes memory: {what_to_do}")
+
+
 def positive(limit: int | None = None) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if value <= 0:

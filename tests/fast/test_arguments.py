@@ -146,3 +146,18 @@ def test_the_new_user_files_of_issue_19_every_key_measured_or_refused(arguments,
                                                                                 "pipeline_parallel_degree"]
     spec = load_spec(arguments(prefix_tuning=True, amp_master_grad=True, bf16=True))
     assert spec.settings["peft"].prefix_tokens == 128 and spec.settings["precision"].master_grad
+
+
+@pytest.mark.parametrize(("key", "says"), [
+    ("to_static", "the Trainer's own to_static conversion is not what vramtune measures (it measures eager, and its "
+                  "own to_static for non-PaddleNLP models): set it to false to tune"),
+    ("eval_with_do_generation", "generation during evaluation (a KV cache per sequence) is not measured: set it to "
+                                "false to tune the evaluation loss and predictions"),
+])
+def test_a_trainer_switch_a_mechanism_does_not_measure_is_refused_by_that_mechanism(cli, arguments, key, says):
+    """Switched on, refused by name (exit 2); switched off, read without a word."""
+    path = arguments(**{key: True})
+    code, _, err = cli("validate", path)
+    assert (code, err) == (2, f"error: {path}: {key}: True changes memory: {says}\n")
+    code, _, err = cli("validate", arguments(**{key: False}))
+    assert code == 0 and key not in err

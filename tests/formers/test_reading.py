@@ -56,6 +56,10 @@ def test_unknown_keys_are_named_as_paddleformers_parser_would_reject_them(cli, c
     ("compute_type", "fp32", "must be one of bf16, fp16, float32, wint4, wint8, wint4/8, nf4; got 'fp32'"),
     ("stage", "VL-SFT", "must be one of SFT, PT, DPO"),
     ("lora_path", "./adapter", "vramtune never loads weights"),
+    ("to_static", True, "True changes memory: the Trainer's to_static conversion is not measured (vramtune measures "
+                        "eager): set it to false to tune"),
+    ("eval_with_do_generation", True, "True changes memory: generation during evaluation (a KV cache per sequence) "
+                                      "is not measured: set it to false"),
 ])
 def test_a_memory_key_nothing_measures_is_refused_by_name(cli, config, key, value, says):
     code, _, err = cli("validate", config(**{key: value}))

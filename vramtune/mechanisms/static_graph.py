@@ -6,6 +6,7 @@ not what the Trainer would run."""
 from __future__ import annotations
 
 from vramtune.mechanisms.base import Field, Mechanism
+from vramtune.reading import refuse_when_on
 
 
 def _flag(value: bool) -> str | None:
@@ -21,8 +22,18 @@ class StaticGraph(Mechanism):
         wanted = spec.search.get("to_static", str, "auto", choices=("auto", "off")) != "off"
         return wanted and spec.model.data.get("source") != "paddlenlp"
 
+    def from_arguments(self, arguments) -> dict:
+        """The Trainer's own to_static key converts the model its way, not vramtune's: refused when on."""
+        refuse_when_on(arguments, "to_static", "the Trainer's own to_static conversion is not what vramtune "
+                                               "measures (it measures eager, and its own to_static for non-PaddleNLP "
+                                               "models): set it to false to tune")
+        return {}
+
     def from_formers(self, config) -> dict:
-        """The Trainer converts with its own to_static key (refused as not measured): vramtune's is not searched."""
+        """The Trainer converts with its own to_static key (refused when on: not measured), so vramtune's is not
+        searched either."""
+        refuse_when_on(config, "to_static", "the Trainer's to_static conversion is not measured (vramtune measures "
+                                            "eager): set it to false to tune")
         return {"search.to_static": "off"}
 
     def label(self, strategy, facts) -> str:

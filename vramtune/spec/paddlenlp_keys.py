@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from vramtune.reading import switched_on as _on  # a flag switched on, as the tools read it
+
 TRAINING_ARGUMENTS = (
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "do_export", "evaluation_strategy",
     "prediction_loss_only", "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
@@ -56,10 +58,6 @@ KNOWN = frozenset(TRAINING_ARGUMENTS + LLM_TRAINING_ARGUMENTS + MODEL_ARGUMENTS 
                   + GENERATE_ARGUMENTS)
 
 
-def _on(value: Any) -> bool:
-    return bool(value) and value not in ("no", "none", "false", "False")
-
-
 def _above_one(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 1
 
@@ -80,13 +78,9 @@ MEMORY: dict[str, tuple[Callable[[Any], bool], str]] = {
                              "probe would measure unquantized weights: remove the key to tune without quantization, "
                              f"{ESTIMATE}"),
     "do_qat": (_on, "quantization-aware training changes the model; vramtune does not measure it: set it to false"),
-    "to_static": (_on, "the Trainer's own to_static conversion is not what vramtune measures (it measures eager, and "
-                  "its own to_static for non-PaddleNLP models): set it to false to tune"),
     "flatten_param_grads": (_on, "flattened parameter and gradient buffers are not measured: set it to false"),
     "use_expert_parallel": (_on, "expert parallelism is not measured: set it to false"),
     "enable_auto_parallel": (_on, "auto parallel is not measured: set it to false"),
-    "eval_with_do_generation": (_on, "generation during evaluation (a KV cache per sequence) is not measured: set it "
-                                "to false to tune the evaluation loss and predictions"),
     "zero_padding": (_on, "zero padding's packed attention masks are not measured: set it to false"),
     "intokens": (_on, "intokens (zero padding) is not measured: set it to false"),
 }

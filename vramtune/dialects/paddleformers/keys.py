@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from vramtune.reading import switched_on as _on  # a flag switched on, as the tools read it
+
 ESTIMATE = "or estimate it without measuring: vramtune estimate"
-
-
-def _on(value: Any) -> bool:
-    """Switched on (the model sources import this module: vramtune.spec's helpers would be an import circle)."""
-    return bool(value) and value not in ("no", "none", "false", "False", "")
 
 
 def _above_one(value: Any) -> bool:
@@ -38,14 +35,10 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "weight_quantize_algo": (_on, "quantized weights need GPU kernels; a probe would measure unquantized weights: "
                              f"remove the key to tune without quantization, {ESTIMATE}"),
     "fp8": (_on, f"FP8 training needs GPU kernels and is not measured: remove it, {ESTIMATE}"),
-    "to_static": (_on, "the Trainer's to_static conversion is not measured (vramtune measures eager): set it to "
-                  "false to tune"),
     "neftune": (_on, "NEFTune's noise hook is not measured: set it to false to tune"),
     "lora_path": (_on, "an adapter saved before is loaded with its weights; vramtune never loads weights: remove "
                   "lora_path to tune a fresh adapter of lora_rank"),
     "num_nextn_predict_layers": (_above_one, "multi-token prediction layers are not measured: set it to 0"),
-    "eval_with_do_generation": (_on, "generation during evaluation (a KV cache per sequence) is not measured: set it "
-                                "to false"),
     "pre_alloc_memory": (_on, "a pre-allocated block is not measured: set it to 0"),
     "tensorwise_offload_optimizer": (_on, "offloading the optimizer to the host is not measured: set it to false"),
     "sharding_offload_opt_buffersize_GB": (lambda value: isinstance(value, (int, float)) and value > 0,

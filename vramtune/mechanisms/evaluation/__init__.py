@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramtune.mechanisms.base import Mechanism
-from vramtune.reading import Section, positive
+from vramtune.reading import Section, positive, refuse_when_on
 
 KEEP = ("logits", "predictions", "loss")
 MAX_MEASUREMENTS = 6  # evaluation batches measured per probe
@@ -60,7 +60,11 @@ class Evaluation(Mechanism):
         return settings
 
     def from_arguments(self, arguments) -> dict[str, Any]:
-        """The Trainer evaluates when do_eval is set or its evaluation strategy is not "no"."""
+        """The Trainer evaluates when do_eval is set or its evaluation strategy is not "no"; generation while
+        evaluating is refused (not measured)."""
+        refuse_when_on(arguments, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) "
+                                                             "is not measured: set it to false to tune the evaluation "
+                                                             "loss and predictions")
         evaluates = bool(arguments.get("do_eval", bool, False))
         strategy = arguments.get("evaluation_strategy", str, "no", choices=("no", "steps", "epoch"))
         batch = arguments.get("per_device_eval_batch_size", int, 8, check=positive(1 << 20))
@@ -73,6 +77,8 @@ class Evaluation(Mechanism):
 
     def from_formers(self, config) -> dict[str, Any]:
         """PaddleFormers' Trainer names its evaluation keys as PaddleNLP's does."""
+        refuse_when_on(config, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) is "
+                                                          "not measured: set it to false")
         return self.from_arguments(Section(config.problems, config.file, config.prefix, {
             key: config.data[key] for key in ("do_eval", "evaluation_strategy", "per_device_eval_batch_size",
                                               "eval_accumulation_steps", "prediction_loss_only")
