@@ -31,8 +31,13 @@ def _answer(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _probe(request: dict[str, Any], forked_at: float) -> None:
-    """In the forked child: become the worker process the request describes, run it, exit without teardown."""
+def _probe(request: dict[str, Any], forked_at: float, set_by_imports: dict[str, str]) -> None:
+    """In the forked child: become the worker process the request describes, run it, exit without teardown.
+
+    Its environment is the request's plus what the server's imports set in it, as a fresh worker's would be after
+    the same imports: Paddle sets OMP_NUM_THREADS=1 at import, and the OpenMP runtime, reset by the fork, reads it
+    again at the probe's first kernel (without it MKL ran on every core, spinning, and a forked probe trained up to
+    2x slower than a fresh one on a busy machine)."""
     os.setsid()  # the worker then dies with the server (PR_SET_PDEATHSIG, as with a launcher)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     code = 1
@@ -44,7 +49,7 @@ def _probe(request: dict[str, Any], forked_at: float) -> None:
         os.dup2(output, 2)
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"])  # grandchildren inherit the probe's marker
+        os.environ.update({**request["env"], **set_by_imports})  # grandchildren inherit the probe's marker
         paths = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
         sys.path[:0] = paths  # as a fresh interpreter would have them
         from vramtune.child import worker
@@ -64,6 +69,7 @@ def _probe(request: dict[str, Any], forked_at: float) -> None:
 
 def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    started_with = dict(os.environ)
     import paddle  # noqa: F401  the cost every probe would pay again
 
     from vramtune.child import worker  # noqa: F401
@@ -72,10 +78,11 @@ def serve() -> None:
         request = json.loads(line)
         for module in request.get("modules", []):
             importlib.import_module(module)
+        set_by_imports = {k: v for k, v in os.environ.items() if started_with.get(k) != v}
         forked_at = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _probe(request, forked_at)
+            _probe(request, forked_at, set_by_imports)
         _answer({"pid": pid})
         _, status = os.waitpid(pid, 0)
         _answer({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
