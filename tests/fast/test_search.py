@@ -657,3 +657,12 @@ def test_probe_on_a_gpu_whose_state_alone_is_over_the_budget_runs_no_probe_and_s
         f"a budget of more than {int(20 * 2**30 / 0.95) + 1} bytes: the least counted state (weights, gradients and "
         "optimizer state) alone takes 20.00 GiB per rank, before any activation; fewer trainable parameters or more "
         "ranks to partition it over shrink it")
+
+
+def test_a_cpu_run_never_waits_for_the_count():
+    """On a CPU every probe reports its state, even over the budget: the lazy count (a process) is never asked for."""
+    device, asked = FakeDevice(fixed=100 * MiB), []
+    prob = make_problem(80 * MiB)
+    prob.state = lambda s: asked.append(s) or device.rank_counts(s)
+    outcome = Tuner(device.measure(80 * MiB), prob).run()
+    assert asked == [] and outcome.chosen is None and outcome.closest is not None  # measured, over the budget

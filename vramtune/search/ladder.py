@@ -178,9 +178,12 @@ class Tuner:
 
     def state_over_limit(self, strategy: Strategy) -> float | None:
         """The counted state of a strategy it alone puts over the limit, on a device where such a probe fails without
-        figures (a GPU); None otherwise. A CPU probe over the budget still measures the closest miss, cheaply."""
+        figures (a GPU); None otherwise. A CPU probe over the budget still measures the closest miss, cheaply (and a
+        CPU run, whose probes all report their state, never waits for the count)."""
+        if self.problem.device.kind == "cpu":
+            return None
         alone = self.state_alone(strategy)
-        return alone if alone is not None and alone > self.limit and self.problem.device.kind != "cpu" else None
+        return alone if alone is not None and alone > self.limit else None
 
     def over_by_state(self, strategy: Strategy, alone: float) -> ProbeResult:
         """A strategy whose counted state alone is over the limit, not probed: an unmeasured result (not kept)."""
