@@ -75,6 +75,8 @@ class Mechanism:
     shares_memory_group = False  # its values within one memory group take the same bytes (fp16 and bf16)
     argument_defaults: ClassVar[dict[str, Any]] = {}  # llm-script keys its to_arguments writes -> what a parser
     #                                   without them (TrainingArguments alone) leaves: writing nothing says the same
+    formers_keys: ClassVar[tuple[str, ...]] = ()  # a PaddleFormers config's keys the search decides for it: a
+    #                                             probe leaves the file's values out (its strategy sets them)
     most_cost: float | None = None  # the most throughput it can cost, as a fraction, used in full (a bound, not a
     #                                 measurement: it rules a comparison out before the cost is measured)
     state_parts: ClassVar[dict[str, str]] = {}  # the parts its `counted_state` adds to a rank's state -> their words

@@ -25,8 +25,6 @@ from vramtune.dialects.paddleformers import keys
 from vramtune.reading import positive
 from vramtune.sources.base import BuildError, BuiltModel, Source
 
-# the recompute keys the search decides: the probe sets them from its strategy, never from the file
-RECOMPUTE_KEYS = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
 # imports that need paddlefleet (not on PyPI): the architectures PaddleFormers 1.2 builds through it
 FLEET_HINT = "paddlefleet"
 SCRATCH = "vramtune-formers-output"  # the output_dir a probe parses with (nothing is written there)
@@ -108,9 +106,12 @@ class Formers(Source):
 
 
 def probe_arguments(settings: FormersModel, device_kind: str) -> dict[str, Any]:
-    """The file's arguments as a probe parses them: the model folder absolute, the recompute keys left to the
-    search, CPU equivalents on CPU, outputs in a scratch folder."""
-    arguments = {key: value for key, value in settings.arguments.items() if key not in RECOMPUTE_KEYS}
+    """The file's arguments as a probe parses them: the model folder absolute, the keys the search decides left out
+    (each mechanism's `formers_keys`), CPU equivalents on CPU, outputs in a scratch folder."""
+    from vramtune.mechanisms import MECHANISMS
+
+    searched = {key for mechanism in MECHANISMS for key in mechanism.formers_keys}
+    arguments = {key: value for key, value in settings.arguments.items() if key not in searched}
     arguments.update(model_name_or_path=settings.folder, output_dir=str(Path(tempfile.gettempdir()) / SCRATCH),
                      logging_dir=None, do_train=True)
     if device_kind == "cpu":

@@ -41,6 +41,7 @@ class Recompute(Mechanism):
               Field("recompute_granularity", str, "full", "--granularity", "-g", "what a recomputed block recomputes: "
                     "full, or (PaddleNLP models that support it) full_attn / core_attn", _granularity))
     argument_defaults = MODEL_DEFAULTS
+    formers_keys = (*FORMERS_EVERY_LAYER, "recompute_modules")
     most_cost = 0.5  # every block recomputed runs each forward once more: a forward is about a third of a step
     facts = ("total_blocks", "block_path", "recompute_options")  # recompute_options: {granularities, partial}
     options = (Option("no_recompute", "--no-recompute", bool, False, "never recompute blocks",
