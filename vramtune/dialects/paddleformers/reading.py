@@ -174,15 +174,16 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
     optim = section.get("optim", str, "adamw")
     if optim != "adamw":
         section.fail("optim", f"{optim!r} is not measured by vramtune: tune with optim: adamw")
+    mechanisms = Section([], file, "", config)  # what each mechanism reads of the file (its problems said last)
+    read = [item for mechanism in MECHANISMS for item in mechanism.from_formers(mechanisms).items()]
     for key, value in config.items():
-        why = keys.refusal(key, value)
+        why = keys.refusal(key, value) if key not in mechanisms.seen else None  # a mechanism's key is its own
         if why:
             section.fail(key, why)
     datasets = _datasets(section)
     data = _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN, read_data)
     if data.get("seq_note") == DATA_AT_PROBE_TIME:
         warnings.append(DATA_AT_PROBE_TIME)
-    mechanisms = Section([], file, "", config)  # what each mechanism reads of the file (its problems said last)
     raw: dict[str, Any] = {
         "name": Path(file).stem,
         "model": {"source": "paddleformers", "folder": folder, "stage": stage, "arguments": config,
@@ -194,13 +195,12 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
         "device": "cpu" if config.get("device") == "cpu" else "auto",
         "budget": "auto",
     }
-    for mechanism in MECHANISMS:
-        for dotted, value in mechanism.from_formers(mechanisms).items():
-            node = raw
-            *parents, last = dotted.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[last] = value
+    for dotted, value in read:
+        node = raw
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
     problems.extend(mechanisms.problems)
     if problems:
         raise SpecError(problems)
