@@ -45,6 +45,7 @@ class FakeDevice:
     per_sample: float = 2 * MiB  # activation bytes per sample (fp32)
     saved: float = 0.3 * MiB  # bytes per sample each recomputed block saves (fp32)
     blocks: int = 4
+    batchnorm_layers: int = 0  # reported as the model's (the BatchNorm floor), where not 0
     k1_saving: float = 0.0  # bytes below the accumulating line when k = 1 (gradients freed before forward)
     overhead: float = 0.01  # seconds per micro-step, whatever its size (launch / latency bound)
     per_sample_time: float = 0.01
@@ -126,7 +127,9 @@ class FakeDevice:
         if self.amp_unsupported.get(dtype_of(s.precision)):
             return ProbeResult("unsupported", s, error=self.amp_unsupported[dtype_of(s.precision)])
         counts = self.rank_counts(s)
-        base = ProbeResult("measured", s, facts={"recompute": {"total_blocks": self.blocks, "block_path": "blocks"}},
+        facts = {"recompute": {"total_blocks": self.blocks, "block_path": "blocks"},
+                 **({"accumulation": {"batchnorm_layers": self.batchnorm_layers}} if self.batchnorm_layers else {})}
+        base = ProbeResult("measured", s, facts=facts,
                            weight_bytes=int(counts["weight"]),
                            gradient_bytes=int(counts["gradient"]), optimizer_bytes=int(counts["optimizer"]),
                            device={"name": self.name, "kind": self.kind}, paddle_version="0.0-fake")

@@ -54,11 +54,18 @@ def unregister(name: str) -> None:
     _FIELDS.clear()
 
 
+def micro_batch_floor(settings: dict[str, Any], facts: dict[str, Facts]) -> tuple[int, str | None]:
+    """The smallest micro-batch any mechanism lets a choice take (a BatchNorm model's floor), and why; settings and
+    facts by mechanism name."""
+    floors = [floor for m in MECHANISMS if (floor := m.min_micro_batch(settings.get(m.name), facts.get(m.name, {})))]
+    return max(floors, default=(1, None))
+
+
 def batch_only() -> dict[str, Any]:
     """The spec's search keys that leave the search the batch alone (the micro-batch, and accumulation where the
     spec allows it): for a tool whose config carries no other memory key (PaddleSeg: AMP is a flag there)."""
     return {"recompute": "off", "sharding": "off", "to_static": "off", "precisions": ["fp32"]}
 
 
-__all__ = ["BY_NAME", "MECHANISMS", "Facts", "Field", "Mechanism", "Option", "batch_only", "field_named", "register",
-           "strategy_fields", "unregister"]
+__all__ = ["BY_NAME", "MECHANISMS", "Facts", "Field", "Mechanism", "Option", "batch_only", "field_named",
+           "micro_batch_floor", "register", "strategy_fields", "unregister"]
