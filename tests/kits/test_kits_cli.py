@@ -138,3 +138,14 @@ def test_when_nothing_fits_the_advice_is_in_the_kits_keys(fake_cli):
     assert code == 1 and "lower DataLoader.Train.sampler.batch_size x Global.update_freq (-O, or --target-batch)" \
         " or raise --max-accumulation" in said
     assert "recompute" not in said.replace("r=0", "")
+
+
+@pytest.mark.skipif(OCR is None or CLAS is None, reason=f"no PaddleOCR or PaddleClas checkout in {client.KITS}")
+@pytest.mark.parametrize(("kit", "config", "option", "said"), [
+    ("PaddleClas", VIT, "Global.use_dali=True", "Global.use_dali: DALI decodes and augments on the card"),
+    ("PaddleOCR", MOBILE, "Global.use_sync_bn=true", "Global.use_sync_bn: SyncBatchNorm is not measured"),
+])
+def test_a_memory_key_the_probe_does_not_measure_is_bad_input(fake_cli, kit, config, option, said):
+    cli, backend = fake_cli(FakeDevice())
+    code, _, stderr = cli("probe", client.kit(kit) / config, "--budget", "1GiB", "-O", option)
+    assert (code, backend.jobs) == (2, []) and said in " ".join(stderr.split())
