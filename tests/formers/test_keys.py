@@ -10,6 +10,10 @@ from conftest import needs_paddleformers
 
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, ARGUMENT_CLASSES, VERSION
+from vramtune.dialects.paddleformers.export import tuned_keys
+from vramtune.mechanisms import MECHANISMS
+from vramtune.report import Tuned
+from vramtune.strategy import Strategy
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 
@@ -32,6 +36,11 @@ def test_the_accepted_keys_are_the_installed_parsers():
 
 
 def test_every_key_vramtune_names_is_a_paddleformers_key():
-    named = {*keys.REFUSED, *keys.TUNED, "compute_type", "stage", "max_seq_len", "packing", "padding_free",
-             "_attn_implementation", "fine_tuning", "lora_rank", "sharding", "sharding_parallel_size"}
+    """The refusals, what the reader reads, and every key a mechanism writes back or leaves to the search."""
+    written = tuned_keys({}, Tuned(Strategy(precision="bf16-o2", micro_batch=2, accumulation=4, recomputed_blocks=2),
+                                   device_kind="gpu"))
+    named = {*keys.REFUSED, *written, *(key for mechanism in MECHANISMS for key in mechanism.formers_keys),
+             "compute_type", "stage", "max_seq_len", "packing", "padding_free", "_attn_implementation", "fine_tuning",
+             "lora_rank", "sharding", "sharding_parallel_size"}
+    assert {"per_device_train_batch_size", "recompute_num_layers", "fp16_opt_level"} <= set(written)
     assert named <= ACCEPTED

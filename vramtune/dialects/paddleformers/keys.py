@@ -55,9 +55,6 @@ STAGES = ("SFT", "PT", "DPO")  # what a probe builds; the others (VL-*, pretrain
 CPU_ATTENTION = "eager"
 FUSED_CONFIG_FIELDS = ("fuse_rms_norm", "use_fused_rms_norm", "use_fused_rope", "fuse_swiglu", "fuse_attention_qkv",
                        "fuse_attention_ffn", "use_fused_head_and_loss_fn")
-# what the search decides: `apply` writes these (recompute only as a combination the models honour)
-TUNED = ("per_device_train_batch_size", "gradient_accumulation_steps", "recompute_granularity", "recompute_method",
-         "recompute_num_layers")
 
 
 def refusal(key: str, value: Any) -> str | None:
