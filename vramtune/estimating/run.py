@@ -19,6 +19,7 @@ from typing import Any, Callable
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, recompute_levels, row
 from vramtune.forking import ForkServer
+from vramtune.mechanisms import micro_batch_floor
 from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Report
@@ -61,10 +62,11 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     buffer_ratio: float = 0.0  # data parallel's buffers over the gradients, measured at 2 ranks (devices > 1)
     probe_log: list[dict[str, Any]] = field(default_factory=list)  # each probe: what, when, its phases' seconds
+    least_micro_batch: int = 1  # the floor `vramtune probe` keeps (a BatchNorm model's): no best below it
 
     @property
     def best(self) -> Row | None:
-        fitting = [r for r in self.rows if r.fits]
+        fitting = [r for r in self.rows if r.fits and r.strategy.micro_batch >= self.least_micro_batch]
         return min(fitting, key=Row.preference) if fitting else None
 
     def to_json(self) -> dict[str, Any]:
@@ -74,7 +76,8 @@ class Estimate:
                 "activation_fit": vars(self.fit), "factors": vars(self.factors), "depth_probed": self.depth_probed,
                 "width_scale": self.width_scale, "rows": [r.to_json() for r in self.rows],
                 "best": best.to_json() if best else None, "seconds": round(self.seconds, 2), "probes": self.probes,
-                "buffer_ratio": self.buffer_ratio, "notes": self.notes, "probe_log": self.probe_log}
+                "buffer_ratio": self.buffer_ratio, "notes": self.notes, "probe_log": self.probe_log,
+                "least_micro_batch": self.least_micro_batch}
 
 
 def _layer_key(shape: dict[str, Any]) -> str | None:
@@ -266,12 +269,17 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     budget = Budget(budget_bytes or card_bytes, spec.headroom)
     rows = _rows(spec, counts, fit, factors, budget, devices, ratio)
     notes = _notes(spec, factors, scale, recomputed, ratio)
+    least, why = micro_batch_floor(spec.settings, next(iter(prober.results.values())).facts)
+    least = min(least, spec.micro_batches()[0])  # a target below the floor is its own micro-batch
+    if least > 1:
+        notes.append(f"no micro-batch below {least} is chosen, as `vramtune probe` chooses none: {why}")
     if vocab:
         notes.append(f"the probes' vocabulary was {vocab:,} of {counts.shape['vocab_size']:,} entries: the logits, "
                      f"{logits / max(1, getattr(spec.model, 'seq_len', 1)):.2f} bytes per token and vocabulary entry "
                      f"(measured at {vocab:,} and {2 * vocab:,}), scale the activations back")
     return Estimate(spec.name, card_bytes, budget, devices, counts, fit, factors, rows, probed, scale,
-                    time.monotonic() - start, prober.count, notes, buffer_ratio=ratio, probe_log=prober.log)
+                    time.monotonic() - start, prober.count, notes, buffer_ratio=ratio, probe_log=prober.log,
+                    least_micro_batch=least)
 
 
 def _logits_per_entry(prober: _Prober, depth: int | None, micro: int) -> float:
@@ -293,14 +301,17 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     there is one)."""
     first = depths[0]
     sizes = [1, 2]
-    for depth, micro in [(first, 1), *[(depth, 1) for depth in depths[1:]], (first, 2)]:
-        prober.ask(depth, micro)  # the likely probes, asked ahead: they run side by side
+    for depth in depths:
+        prober.ask(depth, 1)  # the likely probes, asked ahead: they run side by side
     if prober.vocab:
-        prober.ask(first, 1, vocab=2 * prober.vocab)
-    elif recompute:  # at a reduced vocabulary, where to probe recompute follows from the probes above
+        prober.ask(first, 1, vocab=2 * prober.vocab)  # before micro-batch 2: the raised recompute probes need it
+    prober.ask(first, 2)
+    if recompute and not prober.vocab:
         for depth in recompute_depths:
             if depth:
                 prober.ask(depth, 1, depth, "full")
+    elif recompute:  # likely at micro-batch 1 (no floor): asked once the probes they are placed from are in
+        _ask_recomputed(prober, depths, recompute_depths, 1, _logits_per_entry(prober, first, 1), counts)
     measured = {m: prober.probe(first, m) for m in sizes}
     while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
            and sizes[-1] < MAX_MICRO_BATCH):
@@ -315,57 +326,77 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     plain += [(depth or counts.layers, small, _activations(prober.probe(depth, small))) for depth in depths[1:]]
     per_entry = _logits_per_entry(prober, first, small) if prober.vocab else 0.0
     vocab = counts.shape.get("vocab_size") or 0
-    probed = ActivationFit.fit(plain, [], 1.0)
     plain = [(d, m, a + m * per_entry * (vocab - (prober.vocab or vocab))) for d, m, a in plain]
-    facts = measured[small].facts_of("recompute")
-    total = facts.get("total_blocks") or 0
     recomputed: list[tuple[int, int, float]] = []
-    if recompute and total:
-        options = facts.get("recompute_options") or {"granularities": ["full"]}
-        granularity = "full" if "full" in options["granularities"] else options["granularities"][0]
+    if recompute and _recompute_granularity(measured[small]):
         micro = large if floor else small
         if prober.vocab and per_entry > 0:
-            raised = {depth: _raised_vocab(prober.vocab, vocab, per_entry, micro, probed, depth or total)
-                      for depth in recompute_depths}
-            for depth in recompute_depths:  # asked together: they run side by side
-                prober.ask(depth, micro, depth or total, granularity, vocab=raised[depth])
-        for depth in recompute_depths:
-            blocks, at = depth or total, micro
-            if prober.vocab and per_entry > 0:
-                recomputed.append((blocks, at, _recomputed_at(prober, (depth, at, blocks, granularity), per_entry,
-                                                              vocab, raised[depth], probed)))
-                continue
-            result = prober.probe(depth, at, blocks, granularity)
-            while floor and _activations(result) < GROWTH * floor and at < MAX_MICRO_BATCH:
-                at *= 2
-                result = prober.probe(depth, at, blocks, granularity)
-            recomputed.append((blocks, at, _activations(result)))
+            asked = _ask_recomputed(prober, depths, recompute_depths, micro, per_entry, counts)
+            recomputed = [(key[2], micro, _recomputed_at(prober, key, per_entry, vocab, bound))
+                          for key, bound in asked]
+        else:
+            recomputed = [_recomputed_point(prober, depth, micro, floor, measured[small])
+                          for depth in recompute_depths]
     return plain, recomputed, floor, per_entry
 
 
-def _raised_vocab(low: int, vocab: int, per_entry: float, micro: int, probed: ActivationFit, depth: int) -> int:
-    """Where a recompute probe's vocabulary goes (a reduced vocabulary's recomputed peak may be a layer rebuilt in
-    backward, which no vocabulary changes, rather than the logits): the vocabulary at which the logits moment, at
-    least the plain probes' activations outside the layers plus the logits added, passes by a quarter of the layers'
-    activations the plain probe's whole peak at the reduced vocabulary, which no moment of the recomputed step
-    exceeds (it holds less of each layer; probed at full depth, the layers are not apart: all of it)."""
-    layers = micro * probed.b1 * depth if probed.b1 else probed.a0 + micro * probed.b0
-    return min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
+def _recompute_granularity(result: ProbeResult) -> str | None:
+    """The granularity the estimate recomputes with (full where the model has it); None: no repeated blocks."""
+    facts = result.facts_of("recompute")
+    if not facts.get("total_blocks"):
+        return None
+    options = facts.get("recompute_options") or {"granularities": ["full"]}
+    return "full" if "full" in options["granularities"] else options["granularities"][0]
 
 
-def _recomputed_at(prober: _Prober, probe: tuple, per_entry: float, vocab: int, high: int,
-                   probed: ActivationFit) -> float:
-    """Recomputed activations at the model's vocabulary, from a probe at vocabulary `high` (_raised_vocab) scaled
-    back: where its peak is above the plain probe's at the reduced vocabulary (so the logits, not a rebuilt layer,
-    set it), or at the whole vocabulary; doubled otherwise."""
-    depth, micro = probe[0], probe[1]
-    bound = probed.a0 + micro * (probed.b0 + probed.b1 * (depth or 0))
+def _recomputed_point(prober: _Prober, depth: int | None, micro: int, floor: float,
+                      plain: ProbeResult) -> tuple[int, int, float]:
+    """Recomputed activations at the model's vocabulary, probed at it: doubled while the floor sets the peak."""
+    blocks, granularity = depth or plain.facts_of("recompute")["total_blocks"], _recompute_granularity(plain)
+    result = prober.probe(depth, micro, blocks, granularity)
+    while floor and _activations(result) < GROWTH * floor and micro < MAX_MICRO_BATCH:
+        micro *= 2
+        result = prober.probe(depth, micro, blocks, granularity)
+    return blocks, micro, _activations(result)
+
+
+def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
+                    micro: int, per_entry: float, counts: Counts) -> list[tuple[tuple, float]]:
+    """At a reduced vocabulary, ask the recompute probes at `micro` where the logits, not a layer rebuilt in backward
+    (which no vocabulary changes), set their peak: each the probe's key and the plain probe's peak at the reduced
+    vocabulary, which no moment of the recomputed step exceeds (it holds less of each layer). The vocabulary is where
+    the logits moment, at least the plain probes' activations outside the layers plus the logits added, passes that
+    by a quarter of the layers' activations (probed at full depth, the layers are not apart: all of them)."""
+    first, low = depths[0], prober.vocab or 0
+    at_first = prober.probe(first, micro)
+    granularity = _recompute_granularity(at_first)
+    if granularity is None or per_entry <= 0:
+        return []
+    per_layer = 0.0
+    if len(depths) > 1 and depths[1] and first:
+        per_layer = (_activations(prober.probe(depths[1], micro)) - _activations(at_first)) / (depths[1] - first)
+    total = at_first.facts_of("recompute")["total_blocks"]
+    vocab = counts.shape.get("vocab_size") or low
+    asked = []
+    for depth in sorted(recompute_depths, key=lambda d: -(d or 0)):  # the deepest, the longest, first
+        bound = _activations(at_first) + per_layer * ((depth or 0) - (first or 0))
+        layers = per_layer * (depth or 0) if per_layer else bound
+        high = min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
+        asked.append((prober.ask(depth, micro, depth or total, granularity, vocab=high), bound))
+    return sorted(asked, key=lambda item: item[0][0] or 0)
+
+
+def _recomputed_at(prober: _Prober, key: tuple, per_entry: float, vocab: int, bound: float) -> float:
+    """Recomputed activations at the model's vocabulary, from the probe `key` (_ask_recomputed) scaled back: where
+    its peak is above `bound` (so the logits, not a rebuilt layer, set it), or at the whole vocabulary; its
+    vocabulary doubled otherwise."""
+    *probe, high = key
+    micro = key[1]
     while True:
-        high = min(high, vocab)
         above = _activations(prober.probe(*probe, vocab=high))
         if above > bound or high == vocab:
             return above + micro * per_entry * (vocab - high)
-        high *= 2
+        high = min(2 * high, vocab)
 
 
 def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
