@@ -209,6 +209,20 @@ def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int
     return int(channels), *crop(config), int(classes)
 
 
+def read_ahead(on_cpu: bool) -> int:
+    """The batches paddleseg/core/train.py's DataLoader (Paddle's defaults, num_workers 0) holds beside the one it
+    trains on, where the device counts them: its blocking queue (prefetch_factor), the buffered reader's
+    (reader_buffer_size) and the one its thread waits to queue, in host memory on a CPU (measured here: 5 with
+    Paddle 3.3.1's defaults); on a GPU the buffered reader's alone are on the card (its documentation)."""
+    import inspect
+
+    import paddle
+
+    defaults = inspect.signature(paddle.io.DataLoader).parameters
+    buffered = defaults["reader_buffer_size"].default if defaults["use_buffer_reader"].default else 0
+    return defaults["prefetch_factor"].default + buffered + 1 if on_cpu else buffered
+
+
 class PaddleSegSource(KitSource):
     name = "paddleseg"
 
@@ -228,11 +242,19 @@ class PaddleSegSource(KitSource):
             losses = builder.loss
             channels, height, width, classes = seg_batch(config.dic, builder.train_dataset_class)
 
+        ahead = read_ahead(paddle.device.get_device().startswith("cpu"))
+
+        def one(batch: int) -> tuple[Any, Any]:
+            """A batch as the kit's loader gives it: float32 images, the labels as the PNG decodes them (uint8)."""
+            labels = paddle.randint(0, classes, [batch, height, width], "int32").astype("uint8")
+            return paddle.randn([batch, channels, height, width]), labels
+
         def make_batch(batch: int):
-            return paddle.randn([batch, channels, height, width]), paddle.randint(0, classes, [batch, height, width])
+            return one(batch), [one(batch) for _ in range(ahead)]
 
         def loss(network, batch):
-            images, labels = batch
+            (images, decoded), _ = batch
+            labels = decoded.astype("int64")  # as paddleseg/core/train.py does, beside the decoded ones
             logits_list = network(images)
             if hasattr(network, "loss_computation"):
                 loss_list = network.loss_computation(logits_list, losses, {"img": images, "label": labels})
