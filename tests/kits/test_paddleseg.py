@@ -174,8 +174,9 @@ def run_train(config: Path, options: list[str], work: Path) -> int:
 @needs_requirements
 @pytest.mark.paddle
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
-    """PP-LiteSeg (STDC2, 12.3 M parameters) at a 128 px crop, batch 4: a budget between batch 2 and 4 (measured here
-    174.3 and 197.5 MB); PaddleSeg cannot accumulate, so apply writes the largest batch that fits, 2."""
+    """PP-LiteSeg (STDC2, 12.3 M parameters) at a 128 px crop, batch 4: a budget between batch 2 and 4; PaddleSeg
+    cannot accumulate, so apply writes the largest batch that fits, 2. 24 images, 12 batches an epoch: enough for the
+    kit's DataLoader to hold all it reads ahead (5 batches on a CPU) at every measured step, as on a real dataset."""
     out = tmp_path / "optic.tuned.yml"
     done = vramtune("apply", str(CHECKOUT / OPTIC), "--device", "cpu", "--budget", "190MiB", "-o", str(out),
                     "--json", f"-O{CROP}", cwd=tmp_path)
@@ -185,7 +186,7 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     assert diff(CHECKOUT / OPTIC, out) == ["-batch_size: 4", "+batch_size: 2"]
     assert yaml.safe_load(out.read_text())["batch_size"] == 2
 
-    options = [CROP, "model.backbone.pretrained=None", *seg_dataset(tmp_path / "data", 8, 144)]
+    options = [CROP, "model.backbone.pretrained=None", *seg_dataset(tmp_path / "data", 24, 144)]
     peak = run_train(out, options, tmp_path)
     probed = exported["peak_bytes"]
-    assert abs(peak - probed) / probed < 0.03, (peak, probed)
+    assert abs(peak - probed) / probed < 0.01, (peak, probed)
