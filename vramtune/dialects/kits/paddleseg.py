@@ -41,6 +41,9 @@ FIXED_SIZE = {"RandomPaddingCrop": ("crop_size", (512, 512)), "Resize": ("target
               "RandomAffine": ("size", (224, 224))}
 VARIABLE_SIZE = ("ResizeStepScaling", "ResizeRangeScaling", "ResizeByShort", "ResizeByLong", "LimitLong",
                  "RandomCenterCrop", "PaddingByAspectRatio")  # RandomScaleAspect resizes back to the size it got
+TARGETS = {"AddEdgeLabel": "edge labels (GSCNN, DecoupledSegNet, PIDNet)",
+           "GenerateInstanceTargets": "instance targets (MaskFormer)",
+           "AddMultiLabelAuxiliaryCategory": "multi-label targets (multilabelseg)"}
 LR_ADVICE = ("PaddleSeg cannot accumulate gradients: the batch per card falls from {target} to {batch}. Its configs "
              "set lr_scheduler.learning_rate for their total batch (`batch_size: 4  # total: 4*4`): scale it with the "
              "batch (linear scaling: x{ratio:.3g} here)")
@@ -137,8 +140,8 @@ def optimizer_of(config: dict[str, Any]) -> str | None:
 
 class PaddleSeg(Kit):
     def recognises(self, raw):
-        """`_base_` (inheritance), or a model and a train_dataset, at the top (vramtune's own specs have neither)."""
-        return isinstance(raw, dict) and ("_base_" in raw or ("model" in raw and "train_dataset" in raw))
+        """`_base_` (inheritance) or `train_dataset` at the top (vramtune's own specs have neither)."""
+        return isinstance(raw, dict) and ("_base_" in raw or "train_dataset" in raw)
 
     def spec(self, raw, path, options):
         from vramtune.mechanisms import batch_only
@@ -150,11 +153,13 @@ class PaddleSeg(Kit):
             raise KitError(f"{path}: {BATCH} must be a positive integer, got {batch!r}")
         if not isinstance(config.get("model"), dict):
             raise KitError(f"{path}: no model (after its _base_ files)")
-        if get_key(config, "train_dataset.edge") or any(
-                isinstance(t, dict) and t.get("type") == "AddEdgeLabel" for t in
-                get_key(config, "train_dataset.transforms", []) or []):
-            raise KitError(f"{path}: train_dataset edge labels (GSCNN, DecoupledSegNet, PIDNet): not synthesised in "
-                           "this version")
+        kinds = [t.get("type") for t in get_key(config, "train_dataset.transforms", []) or [] if isinstance(t, dict)]
+        targets = [TARGETS[kind] for kind in kinds if kind in TARGETS]
+        if get_key(config, "train_dataset.edge"):
+            targets.append(TARGETS["AddEdgeLabel"])
+        if targets:
+            raise KitError(f"{path}: train_dataset makes {targets[0]}: not synthesised in this version (the probe "
+                           "makes images and class labels)")
         if config.get("to_static_training"):
             raise KitError(f"{path}: to_static_training: True: probes train eager, as tools/train.py does without it "
                            "(-O to_static_training=False measures that)")
