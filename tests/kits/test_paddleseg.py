@@ -61,6 +61,12 @@ def test_overrides_are_the_kits_opts_and_bad_ones_are_one_message():
 def test_what_the_probe_cannot_train_as_the_kit_does_is_refused_by_name(tmp_path):
     with pytest.raises(SpecError, match="to_static_training: True: probes train eager"):
         load_spec(CHECKOUT / LITESEG, {"kit.options": ["to_static_training=True"]})
+    with pytest.raises(SpecError, match=r"train_dataset makes instance targets \(MaskFormer\): not synthesised"):
+        load_spec(CHECKOUT / "configs/maskformer/maskformer_swin_tiny_ade20k_512x512_160k.yml")
+    with pytest.raises(SpecError, match=r"train_dataset makes edge labels \(GSCNN, DecoupledSegNet, PIDNet\)"):
+        load_spec(CHECKOUT / "configs/gscnn/gscnn_resnet50_os8_cityscapes_1024x512_80k.yml")
+    with pytest.raises(SpecError, match=r"no model \(after its _base_ files\)"):
+        load_spec(CHECKOUT / "configs/smrt/base_cfg.yml")
     with pytest.raises(SpecError, match="no fixed-size crop or resize"):
         load_spec(CHECKOUT / OPTIC, {"kit.options": ["train_dataset.transforms=[{'type':'Normalize'}]"]})
     copy = tmp_path / "optic.yml"
