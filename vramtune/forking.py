@@ -1,10 +1,13 @@
 """Parent side of the warm worker (child/forkserver.py): CPU probes are forked from a process that has imported
-Paddle once, instead of each importing it again. The server is started on first use, restarted when it died or when
-the environment Paddle reads at import changed, and closed when vramtune exits (it also dies with vramtune)."""
+Paddle once, instead of each importing it again. The server is started before the CLI's own imports when the
+command may probe (`start_early`), or on first use; restarted when it died or when the environment Paddle reads at
+import changed; and ended when vramtune exits (it also dies with vramtune). This module imports nothing of vramtune:
+`python -m vramtune` starts the server before it imports the CLI."""
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -12,13 +15,37 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 PADDLE_ENV_PREFIXES = ("FLAGS_", "GLOG_", "OMP_", "MKL_", "CUDA_", "PADDLE_", "PYTHONWARNINGS")
+PROBING_COMMANDS = ("probe", "measure", "check", "apply", "estimate", "doctor")  # the commands that may run probes
+ROOT = str(Path(__file__).resolve().parent.parent)  # the folder vramtune is imported from, first on the worker's path
+PR_SET_PDEATHSIG = 1
 
 
 class ForkServerError(Exception):
     """The server cannot take a probe (it died, or never started): run the probe as a fresh process instead."""
+
+
+def die_with_parent(signum: int) -> Callable[[], None]:
+    """In the child before exec: Linux sends it `signum` when the parent dies, even by SIGKILL."""
+    def arm() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    return arm
+
+
+def worker_env(extra_env: dict[str, str]) -> dict[str, str]:
+    """The environment of a worker process (and of the server it is forked from)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore", "GLOG_minloglevel": "2", **extra_env}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def enabled() -> bool:
+    """Whether CPU probes are forked from the warm server (VRAMTUNE_FORK=0 starts every probe from scratch)."""
+    return os.environ.get("VRAMTUNE_FORK", "1") != "0"
 
 
 def _paddle_env(env: dict[str, str]) -> dict[str, str]:
@@ -32,7 +59,9 @@ class ForkServer:
         self.buffer = b""
         atexit.register(self.close)
 
-    def _start(self, env: dict[str, str], arm: Any) -> subprocess.Popen:
+    def start(self, env: dict[str, str], arm: Any = None) -> subprocess.Popen:
+        """The running server, started (with `env`) if there is none or it cannot serve `env`; it begins importing
+        Paddle at once."""
         if self.process is not None and (self.process.poll() is not None or _paddle_env(env) != _paddle_env(self.env)):
             self.close()
         if self.process is None:
@@ -63,7 +92,7 @@ class ForkServer:
         server_env = {k: v for k, v in env.items() if k != "VRAMTUNE_PROBE"}
         deadline = time.monotonic() + timeout
         try:
-            server = self._start(server_env, arm)
+            server = self.start(server_env, arm)
             assert server.stdin is not None
             server.stdin.write((json.dumps(request) + "\n").encode())
             started = self._read(deadline)
@@ -86,15 +115,25 @@ class ForkServer:
         return ended["returncode"], False
 
     def close(self) -> None:
+        """End the server now: it holds nothing to save, and no probe runs (run() ends its probe before it returns),
+        so it is not asked to exit in order (a server with PaddleNLP loaded took 1.7 s to tear down, and one still
+        importing Paddle would finish importing first)."""
         process, self.process = self.process, None
         if process is None:
             return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             if process.stdin is not None:
                 process.stdin.close()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        process.wait()
+
+
+SHARED = ForkServer()  # one per vramtune process, whatever the number of backends
+
+
+def start_early(arguments: list[str]) -> None:
+    """Start the shared server when the command line names a command that may probe, so that Paddle's import in
+    the server overlaps the CLI's own imports and the reading of the spec."""
+    if arguments and arguments[0] in PROBING_COMMANDS and enabled():
+        SHARED.start(worker_env({}), die_with_parent(signal.SIGKILL))

@@ -6,7 +6,6 @@ happened into a classified result. The parent never imports Paddle or the model.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -19,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from vramtune.forking import ForkServer, ForkServerError
+from vramtune import forking
+from vramtune.forking import ForkServer, ForkServerError, die_with_parent, worker_env
 from vramtune.mechanisms import MECHANISMS
 from vramtune.mechanisms.base import Launch
 from vramtune.oom import looks_like_oom
@@ -30,7 +30,6 @@ from vramtune.strategy import Strategy
 from vramtune.text import error_line
 
 INFO_TIMEOUT = 120.0
-PR_SET_PDEATHSIG = 1
 
 
 class DeviceError(Exception):
@@ -55,11 +54,7 @@ class ChildOutcome:
 
 def child_command(arguments: list[str], extra_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The worker's argv and environment (pure: no side effects, easy to test)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore", "GLOG_minloglevel": "2",
-           **extra_env}
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return [sys.executable, "-m", "vramtune.child.worker", *arguments], env
+    return [sys.executable, "-m", "vramtune.child.worker", *arguments], worker_env(extra_env)
 
 
 def gpu_memory_limit_env(device: Device, budget_bytes: int) -> dict[str, str]:
@@ -67,14 +62,6 @@ def gpu_memory_limit_env(device: Device, budget_bytes: int) -> dict[str, str]:
     if device.kind != "gpu" or budget_bytes >= device.total_bytes:
         return {}
     return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20))}
-
-
-def _die_with_parent(signum: int) -> Callable[[], None]:
-    """In the child before exec: Linux sends it `signum` when the parent dies, even by SIGKILL."""
-    def arm() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
-    return arm
 
 
 class ChildProcess:
@@ -99,7 +86,7 @@ class ChildProcess:
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=stderr,
                                             stderr=stderr, start_new_session=True, cwd=self.cwd,
-                                            preexec_fn=_die_with_parent(death) if sys.platform == "linux" else None)
+                                            preexec_fn=die_with_parent(death) if sys.platform == "linux" else None)
             timed_out = False
             try:
                 self.process.wait(timeout=timeout)
@@ -159,7 +146,7 @@ class ForkedProbe:
     def run(self, timeout: float) -> ChildOutcome:
         start = time.monotonic()
         try:
-            returncode, timed_out = self.server.run(self.request, self.env, timeout, _die_with_parent(signal.SIGKILL),
+            returncode, timed_out = self.server.run(self.request, self.env, timeout, die_with_parent(signal.SIGKILL),
                                                     lambda pid: end_processes(pid, self.marker))
         finally:
             end_processes(None, self.marker)  # grandchildren the model started must not outlive the probe
@@ -227,19 +214,16 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
     return outcome, payload
 
 
-SHARED_FORK_SERVER = ForkServer()
-
-
 class ChildBackend:
     """Real measurements: each probe in a fresh child process running Paddle (on CPU, forked from a warm server
     that has imported Paddle once; VRAMTUNE_FORK=0 starts every probe from scratch)."""
 
     def __init__(self) -> None:
-        self.fork_server = SHARED_FORK_SERVER  # one per process, whatever the number of backends
+        self.fork_server = forking.SHARED  # one per process, whatever the number of backends (started early)
 
     @property
     def forking(self) -> bool:
-        return os.environ.get("VRAMTUNE_FORK", "1") != "0"
+        return forking.enabled()
 
     def describe(self, device: str) -> Device:
         """Ask a child which device 'auto'/'cpu'/'gpu:N' is, its memory and AMP support ('cpu' is asked of the warm

@@ -72,7 +72,8 @@ def serve() -> None:
     started_with = dict(os.environ)
     import paddle  # noqa: F401  the cost every probe would pay again
 
-    from vramtune.child import worker  # noqa: F401
+    from vramtune import sources  # noqa: F401  and what the worker imports when it runs
+    from vramtune.child import building, counters, device, preparing, training, worker  # noqa: F401
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -86,6 +87,7 @@ def serve() -> None:
         _answer({"pid": pid})
         _, status = os.waitpid(pid, 0)
         _answer({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+    os._exit(0)  # vramtune is done with it: skip the interpreter's teardown of Paddle (over a second with PaddleNLP)
 
 
 if __name__ == "__main__":
