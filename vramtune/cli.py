@@ -4,12 +4,14 @@ saved to a file), 130 interrupted."""
 from __future__ import annotations
 
 import signal
+import sys
 from typing import Any
 
 import typer
 
 from vramtune import __version__
 from vramtune.commands import apply, autotuner_tool, check, doctor, estimate, measure, plot, probe, validate
+from vramtune.forking import start_early
 from vramtune.runner import Backend, ChildBackend
 
 COMMANDS = (probe, measure, apply, check, plot, validate, estimate, autotuner_tool, doctor)
@@ -45,4 +47,5 @@ def main() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    start_early(sys.argv[1:])  # the console script (`python -m vramtune` has started it before these imports)
     app()
