@@ -40,6 +40,23 @@ def test_paddleclas_estimate_takes_the_overrides_and_says_the_best_as_the_kits_k
             "DataLoader.Train.sampler.batch_size=32 -o AMP.use_amp=True -o AMP.level=O2") in said
 
 
+@needs_clas
+@pytest.mark.parametrize(("card", "best"), [("70MiB", 16), ("45MiB", None)])
+def test_paddleclas_estimate_keeps_the_batchnorm_floor_as_probe_does(fake_cli, card, best):
+    """A BatchNorm model: no predicted best below 16 samples per micro-batch, however small the card (the probes
+    report the model's BatchNorm layers, as the search's floor reads them)."""
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=4 * MiB, batchnorm_layers=53))
+    code, out, err = cli("estimate", CLAS / RESNET, "--card", card, *options(SMALL_RESNET), "--json")
+    assert code == (0 if best else 1), err  # nothing predicted to fit: as probe's nothing fits
+    report = json.loads(out)
+    fitting = [row["micro_batch"] for row in report["rows"] if row["fits"] and row["precision"] == "fp16-o2"]
+    assert min(fitting) < 16  # smaller micro-batches are predicted to fit ...
+    assert report["least_micro_batch"] == 16  # ... and not chosen
+    assert (report["best"] or {}).get("micro_batch") == best
+    assert "no micro-batch below 16 is chosen, as `vramtune probe` chooses none: the model has 53 BatchNorm " \
+           "layers" in " ".join(err.split())
+
+
 @needs_ocr
 def test_paddleocr_estimate_below_the_configs_batch_says_the_learning_rate(fake_cli):
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
