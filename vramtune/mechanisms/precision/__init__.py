@@ -257,7 +257,7 @@ class Precision(Mechanism):
     # -- `vramtune doctor` ------------------------------------------------------------------------------
     def doctor_checks(self) -> tuple:
         """AMP O1/O2's casts, GradScaler, and AMP's activations (they calibrate `estimate`)."""
-        from vramtune.mechanisms.precision_doctor import CHECK
+        from vramtune.mechanisms.precision.doctor import CHECK
 
         return (CHECK,)
 
