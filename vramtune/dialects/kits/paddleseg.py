@@ -75,8 +75,13 @@ def kit_loader(checkout: str) -> dict[str, Any]:
     import typing
     from ast import literal_eval
 
-    import six
     import yaml
+
+    try:
+        import six  # the loader's own import (PaddleSeg gets it through visualdl)
+    except ImportError:
+        raise KitError(f"PaddleSeg's config loader {path} imports six, which is not installed: pip install six (or "
+                       f"pip install -r {checkout}/requirements.txt, whose visualdl brings it)") from None
 
     namespace: dict[str, Any] = {"codecs": codecs, "os": os, "yaml": yaml, "six": six, "literal_eval": literal_eval,
                                  **{name: getattr(typing, name) for name in ("Any", "Dict", "List", "Optional")},
