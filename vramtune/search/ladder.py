@@ -12,12 +12,14 @@ prior, docs/search.md) only places probes and rules out ones that cannot fit or 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune.mechanisms import BY_NAME, MECHANISMS, Facts, Mechanism
 from vramtune.records import Budget, Device, ProbeResult
 from vramtune.search import roles
+from vramtune.search.activations import PRIOR_ERROR, PRIOR_MARGIN
 from vramtune.search.choice import TIE, choose
 from vramtune.search.memory import MemoryModel, memory_group
 from vramtune.search.speed import SpeedModel
@@ -54,6 +56,8 @@ class SearchProblem:
     speed_rises_with_batch: bool = False  # GPUs: throughput rises with the micro-batch and saturates
     state: Callable[[Strategy], dict[str, float] | None] | None = None  # one rank's state by part, counted before
     #                                                                     any probe (search/counted.py), or None
+    activations: float | None = None  # fp32 activation bytes per sample predicted before any probe
+    #                                   (search/activations.py), or None
 
 
 @dataclass
@@ -80,6 +84,7 @@ class Tuner:
         self.notes: list[str] = []
         self.learned: dict[str, Facts] = {}  # mechanism name -> what the probes learned about the model
         self.least_state: float | None = None  # the least counted state of a setting not probed for it
+        self.prior_missed = False  # a probe the activation prior placed failed without figures: it is not used again
         fixed = {k: v for m in MECHANISMS for k, v in m.fixed(self.settings(m.name)).items()}
         self.base = Strategy(**fixed)  # every mechanism off, the user's fixed fields (ranks) set
 
@@ -133,11 +138,19 @@ class Tuner:
         alone = self.state_over_limit(strategy)
         if alone is not None:
             return self.over_by_state(strategy, alone)
+        least = self.prior_past_cap(strategy)
+        if least is not None:
+            return self.over_by_prior(strategy, least)
+        placed = self.activation_prior(strategy)
         self.progress(rung, strategy, None)
         result = self.measure(strategy)
         result.rung = result.rung or rung
         self.results[strategy] = result
         self.progress(rung, strategy, result)
+        if placed is not None and placed <= self.limit and not result.fits and not result.used_bytes:
+            self.prior_missed = True
+            self.note(f"the activations predicted from the model's config.json were too few: {strategy.label()}, "
+                      "predicted to fit, failed without figures; the search went on without them")
         if result.error_kind == "build":
             raise BuildFailure(result.error or "the model cannot be built")
         self.stop_if_every_probe_fails_alike()
@@ -193,6 +206,37 @@ class Tuner:
                   f"{alone / GiB:.2f} GiB per rank, over the limit of {self.limit / GiB:.2f} GiB")
         return ProbeResult("oom", strategy, error="its counted state alone is over the limit", rung="counted")
 
+    # -- the activations predicted before any probe ------------------------------------------------------
+    def activation_prior(self, strategy: Strategy, factor: float = 1 + PRIOR_MARGIN) -> float | None:
+        """Before its memory group is measured, a strategy with every axis off: its counted state plus the
+        activations per sample predicted from the model (SearchProblem.activations, x `factor`: by default the
+        safety margin a placement keeps) scaled by the stated factors (Mechanism.activation_scale); None without a
+        prediction or a count, or once a probe it placed failed without figures."""
+        if self.problem.activations is None or self.prior_missed or self.without_axes(strategy) != strategy:
+            return None
+        model = self.memory_model(strategy)
+        if model.points or not model.fixed:
+            return None
+        scale = math.prod(m.activation_scale(strategy) or 1.0 for m in MECHANISMS)
+        activations = strategy.micro_batch * self.problem.activations * scale * factor
+        return model.fixed + activations - model.known_saving(strategy)
+
+    def prior_past_cap(self, strategy: Strategy) -> float | None:
+        """On a device where a probe past the cap fails without figures (a GPU): the predicted bytes of a strategy
+        past the cap even with PRIOR_ERROR times fewer activations than predicted; None otherwise."""
+        if self.problem.device.kind == "cpu" or not self.results:  # the first probe runs: it tells the model's facts
+            return None
+        least = self.activation_prior(strategy, 1 / PRIOR_ERROR)
+        return least if least is not None and least > self.cap() else None
+
+    def over_by_prior(self, strategy: Strategy, least: float) -> ProbeResult:
+        """A strategy the activation prior puts past the cap with room to spare, not probed: an unmeasured result
+        (not kept)."""
+        self.note(f"{strategy.label()} not probed: with {PRIOR_ERROR:g}x fewer activations than predicted from the "
+                  f"model's config.json it would take {least / GiB:.2f} GiB, past the {self.cap() / GiB:.2f} GiB a "
+                  "probe can use")
+        return ProbeResult("oom", strategy, error="predicted past the cap", rung="prior")
+
     @staticmethod
     def unpartitioned(strategy: Strategy) -> Strategy:
         """The strategy as one rank that keeps its whole state: only the mechanisms that set its memory group on."""
@@ -237,7 +281,7 @@ class Tuner:
                     if predicted is not None and theirs:
                         state = own.fixed or model.a
                         return state + (predicted - model.a) * scale / theirs - own.known_saving(strategy)
-        return None
+        return self.activation_prior(strategy)
 
     def expected(self, strategy: Strategy) -> float | None:
         """Its predicted bytes: from its memory group's probes, or before any, the prior."""
