@@ -66,6 +66,9 @@ class FakeDevice:
     safe_speed: float = 0.9  # fp16-safe's speed over fp16's (its overflow-prone ops in fp32)
     amp_unsupported: dict[str, str] = field(default_factory=dict)
     countable: bool = True  # the lazy count can build the model (a python factory that cannot be built lazily: no)
+    config: dict | None = None  # a config.json of the model's sizes, for the activation prior (None: no prior)
+    seq: int = 0  # the sequence length the prior is computed at
+    prior_scale: float = 1.0  # the prior handed to the search, this many times what config.json predicts (wrong)
     calls: list[Strategy] = field(default_factory=list)
 
     def device(self) -> Device:
@@ -96,6 +99,14 @@ class FakeDevice:
         params = int(self.fixed // 16)
         return {"params": params, "trainable": params, "matmul": int(self.amp_cast_bytes // 2),
                 "layers": self.blocks, "shape": {}}
+
+    def activation_prior(self) -> float | None:
+        """What the search is told before any probe: the analytic model's activations per sample from config.json
+        (eager attention, as the truth's [s, s] terms), computed from the sizes, not from `per_sample`."""
+        from vramtune.search.activations import per_sample
+
+        predicted = per_sample(self.config, self.seq, flash=False) if self.config else None
+        return predicted * self.prior_scale if predicted is not None else None
 
     def rank_counts(self, s: Strategy) -> dict[str, float]:
         """What one rank counts, as a real probe reports it: 1/N of what its sharding stage partitions."""
@@ -208,14 +219,16 @@ class Shape:
     def problem(self) -> SearchProblem:
         return make_problem(self.budget_bytes, self.target_batch, amp_precisions=self.precisions,
                             max_accumulation=self.max_accumulation, speed_rises_with_batch=True,
-                            device=self.device.device(), to_static=self.to_static, counted=self.device)
+                            device=self.device.device(), to_static=self.to_static, counted=self.device,
+                            activations=self.device.activation_prior())
 
 
 def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None = None, amp_precisions=(),
                  unsupported: dict[str, str] | None = None, recompute: bool = True, max_accumulation: int = 64,
                  speed_rises_with_batch: bool = False, devices: int = 1, sharding_stages=(0,),
                  min_micro_batch: int | None = None, to_static: bool = True, device: Device | None = None,
-                 headroom: float = 0.05, counted: FakeDevice | None = None) -> SearchProblem:
+                 headroom: float = 0.05, counted: FakeDevice | None = None,
+                 activations: float | None = None) -> SearchProblem:
     """A search problem as the session makes it from a spec, from the few settings a test varies (no AMP unless
     asked; sharding stages 2 and 3 need a GPU-kind device; `counted`: the fake whose model the lazy count counts
     before the first probe, as the session counts it, search/counted.py)."""
@@ -229,17 +242,22 @@ def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None 
     device = device or Device("gpu" if 2 in sharding_stages else "cpu", 0, "fake", 1 << 40, "0.0-fake",
                               dict(unsupported or {}), count=8)
     state = counted_state(counted.model_counts, given_for("adamw", settings)) if counted is not None else None
-    return SearchProblem(target, sizes, Budget(budget, headroom), device, settings, speed_rises_with_batch, state)
+    return SearchProblem(target, sizes, Budget(budget, headroom), device, settings, speed_rises_with_batch, state,
+                         activations)
 
 
 def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, vocab: int = 0) -> dict:
     """Bytes from published formulas: 16 B/param for fp32 weights + grads + AdamW state; per layer and sample,
-    s*h*(34 + 5*a*s/h) bytes of fp16 activations (Korthikanti et al.), doubled for fp32; logits twice."""
+    s*h*(34 + 5*a*s/h) bytes of fp16 activations (Korthikanti et al.), doubled for fp32; logits twice. The config
+    is what its config.json would say (a Llama-shaped decoder, an MLP 4h wide; no vocabulary: a 2-class head), for
+    the search's activation prior, which the analytic model computes from it (not from these bytes)."""
     per_layer = 2 * seq * hidden * (34 + 5 * heads * seq / hidden)
     logits = 2 * 4 * seq * vocab
     keep = 4 * seq * hidden  # a recomputed block keeps only its input
     return {"fixed": 16 * params, "per_sample": layers * per_layer + logits, "saved": per_layer - keep,
-            "blocks": layers, "k1_saving": 0.75 * 4 * params, "amp_cast_bytes": 2 * params}
+            "blocks": layers, "k1_saving": 0.75 * 4 * params, "amp_cast_bytes": 2 * params, "seq": seq,
+            "config": {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": layers,
+                       "num_attention_heads": heads, "intermediate_size": 4 * hidden, "vocab_size": vocab or 2}}
 
 
 def gpu(name: str, card_gib: float, bf16: bool = True, **physics) -> FakeDevice:
