@@ -1,6 +1,7 @@
 """The search on GPU-shaped landscapes (fake devices, tests/fakes.py): probes against the exhaustive grid; with
 --perturbed, the same shapes with the physics the search's prior assumes changed (AMP's activation factors, blocks
-saving their whole share, recompute's cost, the counted state), one line per change.
+saving their whole share, recompute's cost, the counted state, the activation prior x0.5 and x2 or none), one
+line per change.
 
     python bench/gpu_shapes.py [--perturbed]
 """
@@ -72,6 +73,9 @@ PERTURBATIONS = {
     "recompute cheap (0.05 of the step)": lambda d: dataclasses.replace(d, recompute_cost=0.05),
     "recompute costly (0.6 of the step)": lambda d: dataclasses.replace(d, recompute_cost=0.6),
     "no counted state": lambda d: _uncounted(d) or d,
+    "activation prior x0.5 (too few)": lambda d: dataclasses.replace(d, prior_scale=0.5),
+    "activation prior x2 (too many)": lambda d: dataclasses.replace(d, prior_scale=2.0),
+    "no activation prior (no config.json)": lambda d: dataclasses.replace(d, config=None),
 }
 
 
