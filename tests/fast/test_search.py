@@ -716,12 +716,17 @@ def test_activations_predicted_too_few_cost_probes_never_the_choice():
 
 
 def test_the_activation_prior_never_skips_a_probe_on_a_cpu():
-    """On a CPU an over-budget probe still measures (the closest miss): nothing is skipped by the prior there."""
+    """On a CPU an over-budget probe still measures (the closest miss): nothing is skipped or placed by the prior
+    there, and the count (the prior's intercept) is never asked for."""
     device = FakeDevice(fixed=10 * MiB, per_sample=4 * MiB, config={
         "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 256, "vocab_size": 1000}, seq=128)
-    prob = problem(30 * MiB, to_static=False)
-    prob.activations = device.activation_prior() * 100  # far past anything
-    outcome = Tuner(device.measure(30 * MiB), prob).run()
-    assert device.calls[0].label() == "fp32 m=64 k=1 r=0"
+    with_prior = make_problem(30 * MiB, to_static=False, counted=device, activations=device.activation_prior() * 100)
+    asked = []
+    state = with_prior.state
+    with_prior.state = lambda strategy: asked.append(strategy) or state(strategy)
+    outcome = Tuner(device.measure(30 * MiB), with_prior).run()
+    calls, device.calls = list(device.calls), []
+    Tuner(device.measure(30 * MiB), make_problem(30 * MiB, to_static=False)).run()
+    assert calls == device.calls and calls[0].label() == "fp32 m=64 k=1 r=0" and not asked
     assert not any(" not probed: with 2x fewer activations" in n for n in outcome.notes)

@@ -211,8 +211,10 @@ class Tuner:
         """Before its memory group is measured, a strategy with every axis off: its counted state plus the
         activations per sample predicted from the model (SearchProblem.activations, x `factor`: by default the
         safety margin a placement keeps) scaled by the stated factors (Mechanism.activation_scale); None without a
-        prediction or a count, or once a probe it placed failed without figures."""
-        if self.problem.activations is None or self.prior_missed or self.without_axes(strategy) != strategy:
+        prediction or a count, or once a probe it placed failed without figures; and on a CPU, whose probes report
+        their figures even over the budget (a CPU run never waits for the count)."""
+        if self.problem.activations is None or self.prior_missed or self.without_axes(strategy) != strategy \
+                or self.problem.device.kind == "cpu":
             return None
         model = self.memory_model(strategy)
         if model.points or not model.fixed:
@@ -224,7 +226,7 @@ class Tuner:
     def prior_past_cap(self, strategy: Strategy) -> float | None:
         """On a device where a probe past the cap fails without figures (a GPU): the predicted bytes of a strategy
         past the cap even with PRIOR_ERROR times fewer activations than predicted; None otherwise."""
-        if self.problem.device.kind == "cpu" or not self.results:  # the first probe runs: it tells the model's facts
+        if not self.results:  # the first probe runs, whatever the prior says: it tells the model's facts (its blocks)
             return None
         least = self.activation_prior(strategy, 1 / PRIOR_ERROR)
         return least if least is not None and least > self.cap() else None
