@@ -30,15 +30,22 @@ def per_sample(config: dict[str, Any], seq: int, flash: bool) -> float | None:
     return activations(arch, seq, flash).activations(arch.layers, 1, 0)
 
 
-def model_prior(folder: str | None, seq: int, attention: str, device_kind: str) -> float | None:
+def model_prior(folder: str, seq: int, attention: str, device_kind: str) -> float | None:
     """The prior of a model folder's config.json at the sequence length a probe measures; flash attention (no [s, s]
-    tensor kept) only where it runs, on a GPU. None where there is no folder or its config.json cannot be read."""
+    tensor kept) only where it runs, on a GPU. None where its config.json cannot be read."""
     from vramtune.estimating.answer import FLASH  # here: the estimate's answer imports much the search never needs
 
-    if not folder:
-        return None
     try:
         config = read_config(Path(folder))
     except ArchitectureError:
         return None
     return per_sample(config, seq, device_kind == "gpu" and attention in FLASH)
+
+
+def activation_prior(model: Any, device_kind: str) -> float | None:
+    """The prior of a spec's model: from its config.json where its source names a model folder (PaddleFormers);
+    None for other sources, as before."""
+    from vramtune.dialects.paddleformers.shape import model_shape
+
+    shape = model_shape(model)
+    return model_prior(*shape, device_kind) if shape is not None else None
