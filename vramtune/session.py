@@ -19,6 +19,7 @@ from vramtune.report import Report
 from vramtune.roundtrip import RoundTripError
 from vramtune.runner import Backend, DeviceError
 from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
+from vramtune.search.activations import activation_prior
 from vramtune.search.counted import counted_state, given_for
 from vramtune.sources import SOURCES
 from vramtune.spec import Problem, Spec, SpecError
@@ -136,13 +137,15 @@ def count_model(session: Session) -> dict[str, Any] | None:
 
 def search_problem(session: Session) -> SearchProblem:
     """What the search needs to know: the target, the candidates, the budget, the device, each mechanism's
-    settings, and the state counted before the first probe (counted once, when the search first asks)."""
+    settings, the state counted before the first probe (counted once, when the search first asks) and the
+    activations per sample predicted from the model's config.json where its source names one."""
     spec = session.spec
     return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
                          budget=session.budget, device=session.device, settings=spec.settings,
                          speed_rises_with_batch=session.device.kind == "gpu",
                          state=counted_state(lambda: count_model(session), given_for(spec.train.optimizer,
-                                                                                     spec.settings)))
+                                                                                     spec.settings)),
+                         activations=activation_prior(spec.model, session.device.kind))
 
 
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
