@@ -58,7 +58,11 @@ def summary(run: dict) -> dict:
         for name, seconds in (probe.get("phases") or {}).items():
             phases[name] = phases.get(name, 0.0) + seconds
     chosen = run["report"]["chosen"]
-    phases["outside the search (start, Paddle's import in the warm worker, report)"] = \
+    probe_seconds = sum(p.get("seconds") or 0.0 for p in probes)
+    phases["probes outside their phases (the server's imports of the model's framework, fork, files)"] = \
+        probe_seconds - sum(sum((p.get("phases") or {}).values()) for p in probes)
+    phases["the search between probes"] = run["report"]["seconds"] - probe_seconds
+    phases["outside the search (start, Paddle's import in the warm worker, report, exit)"] = \
         run["wall"] - run["report"]["seconds"]
     return {"wall": run["wall"], "steps": steps, "ratio": run["wall"] / steps if steps else float("inf"),
             "probes": len(probes), "phases": phases, "chosen": label(chosen) if chosen else "-",
@@ -110,8 +114,14 @@ def main() -> None:
                 peaks.setdefault(strategy, {}).setdefault(variant, []).append(peak)
     differing = {strategy: by_variant for strategy, by_variant in peaks.items()
                  if len({peak for values in by_variant.values() for peak in values}) > 1}
+    unsteady = {strategy: by_variant for strategy, by_variant in differing.items()
+                if any(len(set(values)) > 1 for values in by_variant.values())}  # within one revision too
+    between = {strategy: by_variant for strategy, by_variant in differing.items() if strategy not in unsteady}
     print(f"\npeaks of the {len(peaks)} configurations measured: "
-          + ("the same to the byte in every run" if not differing else f"DIFFER (bytes by variant): {differing}"))
+          + ("the same to the byte in every run" if not differing else
+             f"{len(peaks) - len(differing)} the same to the byte in every run; "
+             + (f"DIFFER between the revisions only (bytes by variant): {between}; " if between else "")
+             + (f"vary from run to run within one revision too (bytes by variant): {unsteady}" if unsteady else "")))
 
 if __name__ == "__main__":
     main()
