@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -63,14 +64,15 @@ def _folder(config: dict[str, Any], arguments: dict[str, Any]) -> Path:
 
 def run_estimate(config: dict[str, Any], arguments: dict[str, Any], card: str,
                  package: Path | None = None) -> dict[str, Any]:
-    """One `vramtune estimate` (this tree's, or the vramtune package in `package`): wall seconds, the process tree's
-    peak RSS and the JSON answer."""
+    """One `vramtune estimate` (this tree's, or the vramtune package in `package`): wall seconds, CPU seconds of every
+    process it started (the CLI reaps its fork servers, they their probes: a measure of the work that other runs on
+    the machine do not change much), the process tree's peak RSS and the JSON answer."""
     folder = _folder(config, arguments)
     # a lock of its own: another vramtune run on this machine holding the CPU's lock would add its wait to the time
     env = {**os.environ, "VRAMTUNE_CACHE": str(folder / "cache"), "VRAMTUNE_LOCKS": str(folder / "locks")}
     if package is not None:  # before the editable install's finder (which comes after the path)
         env["PYTHONPATH"] = str(package)
-    start, peak = time.monotonic(), 0
+    start, peak, used = time.monotonic(), 0, _children_cpu()
     with subprocess.Popen([sys.executable, "-m", "vramtune", "estimate", "lora.json", "--card", card, "--json"],
                           cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                           text=True) as process:
@@ -78,10 +80,15 @@ def run_estimate(config: dict[str, Any], arguments: dict[str, Any], card: str,
             peak = max(peak, tree_rss(process.pid))
             time.sleep(0.2)
         out = process.stdout.read() if process.stdout else ""
-    wall = time.monotonic() - start
+    wall, cpu = time.monotonic() - start, _children_cpu() - used
     if process.returncode:
         sys.exit(f"vramtune estimate failed with exit code {process.returncode}")
-    return {"seconds": wall, "peak_rss": peak, "answer": json.loads(out)}
+    return {"seconds": wall, "cpu_seconds": cpu, "peak_rss": peak, "answer": json.loads(out)}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def describe(run: dict[str, Any]) -> str:
@@ -89,8 +96,8 @@ def describe(run: dict[str, Any]) -> str:
     best = answer.get("best")
     chosen = (f"{best['precision']} m={best['micro_batch']} k={best['accumulation']} r={best['recomputed_blocks']}, "
               f"{best['reserved_bytes'] / 2**30:.2f} GiB reserved" if best else "nothing fits")
-    return (f"{run['seconds']:.1f} s, {run['peak_rss'] / 2**30:.2f} GiB peak RSS of the process tree, "
-            f"{answer['probes']} probes; predicted best: {chosen}")
+    return (f"{run['seconds']:.1f} s ({run['cpu_seconds']:.1f} CPU s), {run['peak_rss'] / 2**30:.2f} GiB peak RSS of "
+            f"the process tree, {answer['probes']} probes; predicted best: {chosen}")
 
 
 def profile(run: dict[str, Any]) -> str:
@@ -131,8 +138,10 @@ def bench(title: str, config: dict[str, Any], arguments: dict[str, Any]) -> None
                 print(profile(run), flush=True)
     if args.against:
         ratios = [t["seconds"] / o["seconds"] for t, o in zip(runs["this"], runs["other"], strict=True)]
+        cpu = [t["cpu_seconds"] / o["cpu_seconds"] for t, o in zip(runs["this"], runs["other"], strict=True)]
         print(f"time this/other per round: {', '.join(f'{r:.2f}' for r in ratios)} (median "
-              f"{statistics.median(ratios):.2f}); peak RSS this/other: "
+              f"{statistics.median(ratios):.2f}); CPU seconds this/other: {', '.join(f'{r:.2f}' for r in cpu)}; "
+              f"peak RSS this/other: "
               f"{max(r['peak_rss'] for r in runs['this']) / max(r['peak_rss'] for r in runs['other']):.2f}; "
               f"largest difference between the predicted peaks: "
               f"{max(largest_difference(t, o) for t, o in zip(runs['this'], runs['other'])):.3%}")

@@ -39,6 +39,12 @@ def test_logits_probed_at_a_sixteenth_of_the_vocabulary_scale_back_to_the_whole_
     assert not any("vocabulary" in note for note in whole["notes"])
     monkeypatch.setattr(run, "LARGE_LOGITS", 1 << 20)
     reduced = estimated(cli, large_vocabulary)
+    probed = [(p["probe"]["depth"], p["probe"]["micro_batch"], p["probe"]["recomputed"], p["probe"]["vocab"])
+              for p in reduced["probe_log"]]
+    # the recompute probes straight at a raised vocabulary (here depth 3's raised again, to the whole vocabulary:
+    # at 4,724 its peak did not pass the plain probe's), none at 500
+    assert sorted(p for p in probed if not p[2]) == [(1, 1, 0, 500), (1, 1, 0, 1000), (1, 2, 0, 500), (2, 1, 0, 500)]
+    assert {p[:3] for p in probed if p[2]} == {(2, 1, 2), (3, 1, 3)} and all(p[3] > 1000 for p in probed if p[2])
     note = next(note for note in reduced["notes"] if "vocabulary" in note)
     assert note.startswith("the probes' vocabulary was 500 of 8,000 entries"), note
     for mine, theirs in zip(reduced["rows"], whole["rows"], strict=True):

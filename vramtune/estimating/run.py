@@ -41,6 +41,7 @@ PROBE_BUDGET = 1 << 40  # CPU budgets are virtual: probes are measured, never ju
 SIDE_BY_SIDE = 2  # probes at once: each is its own process and peak; more would add memory, not answers
 LARGE_LOGITS = 1 << 27  # a sample's fp32 logits (sequence x vocabulary x 4 bytes) from which the vocabulary is reduced
 ROUND_VOCAB = 64  # a recompute probe's raised vocabulary: a multiple of this
+REBUILT_LAYERS = 2  # a recomputed step's rebuilt moment, guessed in layers' activations (checked by each probe)
 VOCAB_DIVISOR = 16  # the probes' vocabulary: the model's over this (Llama-2's 32000 -> 2000, Llama-3's 128256 -> 8016)
 Say = Callable[[str], None]
 
@@ -364,9 +365,12 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
                     micro: int, per_entry: float, counts: Counts) -> list[tuple[tuple, float]]:
     """At a reduced vocabulary, ask the recompute probes at `micro` where the logits, not a layer rebuilt in backward
     (which no vocabulary changes), set their peak: each the probe's key and the plain probe's peak at the reduced
-    vocabulary, which no moment of the recomputed step exceeds (it holds less of each layer). The vocabulary is where
-    the logits moment, at least the plain probes' activations outside the layers plus the logits added, passes that
-    by a quarter of the layers' activations (probed at full depth, the layers are not apart: all of them)."""
+    vocabulary, which no moment of the recomputed step exceeds (it holds less of each layer), and which the probe's
+    peak must pass (_recomputed_at). The vocabulary is where the logits moment, at least the plain probes'
+    activations outside the layers plus the logits added, passes by a quarter what a rebuilt moment holds beyond
+    them: guessed as REBUILT_LAYERS layers' activations (the one rebuilt and its backward; the checkpoints of the
+    others are small), not all of the probe's (Llama-3-8B's shape at depth 3: vocabulary 47k, not 67k); probed at
+    full depth, where the layers are not apart, all of them."""
     first, low = depths[0], prober.vocab or 0
     at_first = prober.probe(first, micro)
     granularity = _recompute_granularity(at_first)
@@ -380,7 +384,7 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     asked = []
     for depth in sorted(recompute_depths, key=lambda d: -(d or 0)):  # the deepest, the longest, first
         bound = _activations(at_first) + per_layer * ((depth or 0) - (first or 0))
-        layers = per_layer * (depth or 0) if per_layer else bound
+        layers = per_layer * min(depth or 0, REBUILT_LAYERS) if per_layer else bound
         high = min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
         asked.append((prober.ask(depth, micro, depth or total, granularity, vocab=high), bound))
     return sorted(asked, key=lambda item: item[0][0] or 0)
