@@ -225,8 +225,10 @@ class Tuner:
 
     def prior_past_cap(self, strategy: Strategy) -> float | None:
         """On a device where a probe past the cap fails without figures (a GPU): the predicted bytes of a strategy
-        past the cap even with PRIOR_ERROR times fewer activations than predicted; None otherwise."""
-        if not self.results:  # the first probe runs, whatever the prior says: it tells the model's facts (its blocks)
+        past the cap even with PRIOR_ERROR times fewer activations than predicted; None otherwise. Before any probe,
+        only the whole batch is skipped: a smaller micro-batch follows, and the first probe that runs tells the
+        model's facts (its blocks), whatever its memory."""
+        if not self.results and strategy.micro_batch != self.problem.micro_batches[0]:
             return None
         least = self.activation_prior(strategy, 1 / PRIOR_ERROR)
         return least if least is not None and least > self.cap() else None
