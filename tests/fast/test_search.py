@@ -255,7 +255,7 @@ def test_gpu_shapes_are_tuned_in_few_probes_and_near_the_best():
     rows = [run(shape) for shape in gpu_shapes()]
     for row in rows:
         assert row["probes"] <= 8 and row["ratio"] >= 0.97 and row["fits"], row
-    assert sum(row["probes"] for row in rows) <= 83  # 107 before the activation prior
+    assert sum(row["probes"] for row in rows) <= 82  # 107 before the activation prior
     over = next(row for row in rows if row["best"] is None)  # the 7B model's counted state alone is over the card
     assert over["probes"] == 0 and over["chosen"] is None
 

@@ -208,16 +208,19 @@ class Tuner:
 
     # -- the activations predicted before any probe ------------------------------------------------------
     def activation_prior(self, strategy: Strategy, factor: float = 1 + PRIOR_MARGIN) -> float | None:
-        """Before its memory group is measured, a strategy with every axis off: its counted state plus the
+        """Before any probe measured activations, a strategy with every axis off: its counted state plus the
         activations per sample predicted from the model (SearchProblem.activations, x `factor`: by default the
-        safety margin a placement keeps) scaled by the stated factors (Mechanism.activation_scale); None without a
-        prediction or a count, or once a probe it placed failed without figures; and on a CPU, whose probes report
-        their figures even over the budget (a CPU run never waits for the count)."""
+        safety margin a placement keeps) scaled by the stated factors (Mechanism.activation_scale). None without a
+        prediction or a count; once a probe measured activations (then another precision's, scaled, predict a
+        group not yet measured: prior) or a probe it placed failed without figures; and on a CPU, whose probes
+        report their figures even over the budget (a CPU run never waits for the count)."""
         if self.problem.activations is None or self.prior_missed or self.without_axes(strategy) != strategy \
                 or self.problem.device.kind == "cpu":
             return None
+        if any(result.used_bytes for result in self.results.values()):
+            return None  # activations measured: another precision's, scaled (prior), say more than config.json
         model = self.memory_model(strategy)
-        if model.points or not model.fixed:
+        if not model.fixed:
             return None
         scale = math.prod(m.activation_scale(strategy) or 1.0 for m in MECHANISMS)
         activations = strategy.micro_batch * self.problem.activations * scale * factor
