@@ -44,10 +44,35 @@ def test_overrides_set_the_batch_and_bad_ones_are_one_message():
         load_spec(CHECKOUT / VIT, {"kit.options": ["Global.epochs"]})
 
 
+RECOGNITION = "ppcls/configs/GeneralRecognition/GeneralRecognition_PPLCNet_x2_5.yaml"  # RecModel, ArcMargin head
+
+
+@needs_kit
+def test_no_pretrained_weights_anywhere_in_the_model():
+    spec = load_spec(CHECKOUT / RECOGNITION, {"kit.options": ["Global.eval_during_train=False"]})
+    assert spec.model.probe_options == ["Arch.Backbone.pretrained=False"]
+
+
+@needs_kit
+@pytest.mark.paddle
+@pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
+def test_a_recognition_model_is_probed_as_the_engine_runs_it(tmp_path):
+    """A RecModel's head takes the labels (the engine's is_rec: model(images, labels)); its backbone's pretrained
+    weights are not downloaded."""
+    done = vramtune("measure", str(CHECKOUT / RECOGNITION), "--device", "cpu", "--budget", "4GiB", "-m", "4", "--json",
+                    "-OArch.Head.class_num=100", "-ODataLoader.Train.dataset.transform_ops.1.RandCropImage.size=64",
+                    "-ODataLoader.Train.sampler.batch_size=4", "-OGlobal.eval_during_train=False", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(done.stdout)
+    assert measured["status"] == "fits" and measured["peak_bytes"] > 3 * measured["weight_bytes"]
+
+
 @needs_kit
 @pytest.mark.parametrize(("config", "options", "said"), [
     (RESNET, ["Global.use_dali=True"], "Global.use_dali: DALI decodes and augments on the card"),
-    ("ppcls/configs/reid/strong_baseline/softmax_triplet_with_center.yaml", [], "Optimizer: a list of optimizers"),
+    (RECOGNITION, [], "Global.eval_mode retrieval: its evaluation keeps every query and gallery feature"),
+    ("ppcls/configs/reid/strong_baseline/softmax_triplet_with_center.yaml", ["Global.eval_during_train=False"],
+     "Optimizer: a list of optimizers"),
 ])
 def test_what_is_not_measured_is_refused_by_name(config, options, said):
     with pytest.raises(SpecError, match=said):

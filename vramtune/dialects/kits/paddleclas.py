@@ -54,6 +54,17 @@ def image_size(config: dict[str, Any]) -> tuple[int, int]:
     return int(shape[1]), int(shape[2])
 
 
+def pretrained_keys(node: Any, path: str) -> list[str]:
+    """The dotted keys under `path` whose `pretrained` is set (True or a weights file), list indices included."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    keys = []
+    for key, value in items:
+        if key == "pretrained" and value:
+            keys.append(f"{path}.{key}")
+        keys += pretrained_keys(value, f"{path}.{key}")
+    return keys
+
+
 def amp_on(config: dict[str, Any]) -> bool:
     section = config.get("AMP")
     return bool(section) and bool(section.get("use_amp", True))
@@ -69,6 +80,10 @@ class PaddleClas(Kit):
         if get_key(config, "Global.use_dali"):
             raise KitError(f"{path}: Global.use_dali: DALI decodes and augments on the card, which the probe does not "
                            "measure (probe with -O Global.use_dali=False; it leaves the model's memory as it is)")
+        if get_key(config, "Global.eval_during_train") and get_key(config, "Global.eval_mode") == "retrieval":
+            raise KitError(f"{path}: Global.eval_mode retrieval: its evaluation keeps every query and gallery feature "
+                           "(as many as the dataset has), which the probe does not measure (probe with -O "
+                           "Global.eval_during_train=False)")
         if isinstance(config.get("Optimizer"), list):
             raise KitError(f"{path}: Optimizer: a list of optimizers (one per part of the model) is not measured in "
                            "this version")
@@ -93,8 +108,9 @@ class PaddleClas(Kit):
 
     @staticmethod
     def _probe_options(config: dict[str, Any]) -> list[str]:
-        """What the probe sets besides the user's overrides: no pretrained weights (they change no byte)."""
-        return ["Arch.pretrained=False"] if get_key(config, "Arch.pretrained") else []
+        """What the probe sets besides the user's overrides: no pretrained weights anywhere in the model (Arch's,
+        a RecModel's Backbone's, each distilled model's): they change no byte and are never downloaded."""
+        return [f"{key}=False" for key in pretrained_keys(config.get("Arch"), "Arch")]
 
     def changes(self, raw, tuned):
         strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)
@@ -143,14 +159,15 @@ class PaddleClasSource(KitSource):
             train_loss = build_loss(config["Loss"]["Train"])
             after_step = ema(config, model)
         height, width = image_size(config)
-        classes = int(get_key(config, "Arch.class_num", 1000))
+        classes = int(get_key(config, "Arch.class_num", None) or get_key(config, "Arch.Head.class_num", 1000))
+        with_labels = "Head" in config["Arch"] or config["Arch"].get("is_rec", False)  # the engine's is_rec
 
         def make_batch(batch: int):
             return paddle.randn([batch, 3, height, width]), paddle.randint(0, classes, [batch, 1])
 
         def loss(network, batch):
             images, labels = batch
-            return train_loss(network(images), labels)["loss"]
+            return train_loss(network(images, labels) if with_labels else network(images), labels)["loss"]
 
         return BuiltModel(model, make_batch, loss, after_step=after_step)
 
