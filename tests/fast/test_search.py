@@ -741,3 +741,27 @@ def test_the_activation_prior_never_skips_a_probe_on_a_cpu():
     Tuner(device.measure(30 * MiB), make_problem(30 * MiB, to_static=False)).run()
     assert calls == device.calls and calls[0].label() == "fp32 m=64 k=1 r=0" and not asked
     assert not any(" not probed: with 2x fewer activations" in n for n in outcome.notes)
+
+
+def test_a_whole_batch_that_fits_is_found_even_where_the_prior_puts_it_far_past_the_card():
+    """Activations predicted at 10x config.json's: fp32's whole batch, which fits, is skipped before any probe. The
+    search goes on as where it does not fit (AMP at the whole batch, then the settings in depth) and every choice is
+    measured: the whole batch, under the budget, at least as fast as without a prior (which stops at fp32's whole
+    batch: the ladder's shortcut, not a preference, for AMP measured faster would have been chosen)."""
+    from fakes import Shape, _transformer, gpu
+
+    def shape(scale: float | None, precisions: tuple[str, ...] = ("fp16-o2", "bf16-o2", "fp16", "bf16")) -> Shape:
+        device = gpu("A100-SXM4-40GB", 40, per_sample_time=1 / 90, **_transformer(110e6, 12, 128, 768, 12))
+        device.prior_scale, device.config = scale or 1.0, device.config if scale else None
+        return Shape("BERT-base seq 128", device, 64, 40 * 2**30, precisions=list(precisions))
+
+    wrong, none = shape(10.0), shape(None)
+    assert none.device.reserved(plan("fp32", 64, 1)) < 38 * 2**30  # the whole batch fits
+    outcome, reference = tuned(wrong), tuned(none)
+    assert any(n.startswith("fp32 m=64 k=1 r=0 not probed: ") for n in outcome.notes), outcome.notes
+    assert reference.chosen.strategy.label() == "fp32 m=64 k=1 r=0"
+    assert outcome.chosen.strategy.micro_batch == 64 and outcome.chosen.fits
+    assert outcome.chosen.samples_per_sec >= reference.chosen.samples_per_sec
+    fp32_only = shape(10.0, ())  # fp32 alone: its boundary climbs from the probe placed low, on the measured line
+    outcome = tuned(fp32_only)
+    assert outcome.chosen.strategy.label() == "fp32 m=64 k=1 r=0", [s.label() for s in fp32_only.device.calls]
