@@ -70,7 +70,7 @@ def test_a_recognition_model_is_probed_as_the_engine_runs_it(tmp_path):
 @needs_kit
 @pytest.mark.parametrize(("config", "options", "said"), [
     (RESNET, ["Global.use_dali=True"], "Global.use_dali: DALI decodes and augments on the card"),
-    (RECOGNITION, [], "Global.eval_mode retrieval: its evaluation keeps every query and gallery feature"),
+    (RECOGNITION, [], "Global.eval_mode retrieval: it evaluates with every query and gallery feature kept"),
     ("ppcls/configs/reid/strong_baseline/softmax_triplet_with_center.yaml", ["Global.eval_during_train=False"],
      "Optimizer: a list of optimizers"),
 ])

@@ -81,8 +81,8 @@ class PaddleClas(Kit):
             raise KitError(f"{path}: Global.use_dali: DALI decodes and augments on the card, which the probe does not "
                            "measure (probe with -O Global.use_dali=False; it leaves the model's memory as it is)")
         if get_key(config, "Global.eval_during_train") and get_key(config, "Global.eval_mode") == "retrieval":
-            raise KitError(f"{path}: Global.eval_mode retrieval: its evaluation keeps every query and gallery feature "
-                           "(as many as the dataset has), which the probe does not measure (probe with -O "
+            raise KitError(f"{path}: Global.eval_mode retrieval: it evaluates with every query and gallery feature "
+                           "kept (as many as the dataset has), which the probe does not measure (probe with -O "
                            "Global.eval_during_train=False)")
         if isinstance(config.get("Optimizer"), list):
             raise KitError(f"{path}: Optimizer: a list of optimizers (one per part of the model) is not measured in "
