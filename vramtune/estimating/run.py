@@ -307,12 +307,8 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     if prober.vocab:
         prober.ask(first, 1, vocab=2 * prober.vocab)  # before micro-batch 2: the raised recompute probes need it
     prober.ask(first, 2)
-    if recompute and not prober.vocab:
-        for depth in recompute_depths:
-            if depth:
-                prober.ask(depth, 1, depth, "full")
-    elif recompute:  # likely at micro-batch 1 (no floor): asked once the probes they are placed from are in
-        _ask_recomputed(prober, depths, recompute_depths, 1, _logits_per_entry(prober, first, 1), counts)
+    if recompute:
+        _ask_recomputed_ahead(prober, depths, recompute_depths, counts)
     measured = {m: prober.probe(first, m) for m in sizes}
     while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
            and sizes[-1] < MAX_MICRO_BATCH):
@@ -329,7 +325,7 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     vocab = counts.shape.get("vocab_size") or 0
     plain = [(d, m, a + m * per_entry * (vocab - (prober.vocab or vocab))) for d, m, a in plain]
     recomputed: list[tuple[int, int, float]] = []
-    if recompute and _recompute_granularity(measured[small]):
+    if recompute and _blocks(measured[small]):
         micro = large if floor else small
         if prober.vocab and per_entry > 0:
             asked = _ask_recomputed(prober, depths, recompute_depths, micro, per_entry, counts)
@@ -341,19 +337,33 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     return plain, recomputed, floor, per_entry
 
 
-def _recompute_granularity(result: ProbeResult) -> str | None:
-    """The granularity the estimate recomputes with (full where the model has it); None: no repeated blocks."""
+def _blocks(result: ProbeResult) -> tuple[int, str] | None:
+    """The model's repeated blocks and the granularity the estimate recomputes them with (full where the model has
+    it), as a probe found them; None: no repeated blocks."""
     facts = result.facts_of("recompute")
     if not facts.get("total_blocks"):
         return None
     options = facts.get("recompute_options") or {"granularities": ["full"]}
-    return "full" if "full" in options["granularities"] else options["granularities"][0]
+    return facts["total_blocks"], "full" if "full" in options["granularities"] else options["granularities"][0]
+
+
+def _ask_recomputed_ahead(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
+                          counts: Counts) -> None:
+    """The probes with every layer recomputed the estimate likely needs, at micro-batch 1 (no floor): at the model's
+    vocabulary, at once; at a reduced one, once the probes they are placed from are in (_ask_recomputed)."""
+    if prober.vocab:
+        _ask_recomputed(prober, depths, recompute_depths, 1, _logits_per_entry(prober, depths[0], 1), counts)
+        return
+    for depth in recompute_depths:
+        if depth:
+            prober.ask(depth, 1, depth, "full")
 
 
 def _recomputed_point(prober: _Prober, depth: int | None, micro: int, floor: float,
                       plain: ProbeResult) -> tuple[int, int, float]:
     """Recomputed activations at the model's vocabulary, probed at it: doubled while the floor sets the peak."""
-    blocks, granularity = depth or plain.facts_of("recompute")["total_blocks"], _recompute_granularity(plain)
+    total, granularity = _blocks(plain) or (0, "full")
+    blocks = depth or total
     result = prober.probe(depth, micro, blocks, granularity)
     while floor and _activations(result) < GROWTH * floor and micro < MAX_MICRO_BATCH:
         micro *= 2
@@ -373,13 +383,13 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     full depth, where the layers are not apart, all of them."""
     first, low = depths[0], prober.vocab or 0
     at_first = prober.probe(first, micro)
-    granularity = _recompute_granularity(at_first)
-    if granularity is None or per_entry <= 0:
+    found = _blocks(at_first)
+    if found is None or per_entry <= 0:
         return []
+    total, granularity = found
     per_layer = 0.0
     if len(depths) > 1 and depths[1] and first:
         per_layer = (_activations(prober.probe(depths[1], micro)) - _activations(at_first)) / (depths[1] - first)
-    total = at_first.facts_of("recompute")["total_blocks"]
     vocab = counts.shape.get("vocab_size") or low
     asked = []
     for depth in sorted(recompute_depths, key=lambda d: -(d or 0)):  # the deepest, the longest, first
