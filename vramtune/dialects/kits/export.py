@@ -64,7 +64,9 @@ def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     tuned_keys = set(changes) | set(followers)
     overridden = [option for option in spec.model.options if option.partition("=")[0] in tuned_keys]
     if overridden:
-        warnings.append(f"-o {' -o '.join(overridden)}: tuned in the file now; do not pass them to the kit again")
+        flag = kit.option_flag
+        warnings.append(f"{flag} {f' {flag} '.join(overridden)}: tuned in the file now; do not pass them to the kit "
+                        "again")
     warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys))
     return tuned, warnings
 
