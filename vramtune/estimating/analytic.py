@@ -38,6 +38,7 @@ class Coefficients:
 SEPARATE = Coefficients(hidden=39.72, kv=11.80, intermediate=13.75, scores=4.38)  # PaddleFormers' Llama
 FUSED = Coefficients(hidden=21.53, kv=42.16, intermediate=13.75, scores=9.59)  # PaddleFormers' ERNIE-4.5
 LOGITS = 12.0  # per token and vocabulary entry
+FLASH = ("flashmask", "sdpa", "flash_attention")  # attention implementations that keep no [s, s] tensor on a GPU
 MASK = 17.7  # per token pair, eager attention's mask
 MOE_DISPATCH = 8.0  # per token, hidden unit and routed expert: its dispatched input and its output (assumed)
 KEPT = 4.0  # per token and hidden unit: what a recomputed layer keeps (its input)

@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Any
 
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating.analytic import activations
+from vramtune.estimating.analytic import FLASH, activations
 from vramtune.estimating.architecture import Architecture, architecture, count
 from vramtune.estimating.model import Counts, Factors, Given, Row, row
 from vramtune.estimating.model import recompute_levels as recompute_quarters
@@ -22,7 +22,6 @@ from vramtune.strategy import Strategy
 
 FINE_TUNINGS = ("LoRA", "full")
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
-FLASH = ("flashmask", "sdpa", "flash_attention")  # attention implementations that keep no [s, s] tensor on a GPU
 # PaddleFormers' own model code (importable here) recomputes every layer or none: only granularity full, method
 # uniform and recompute_num_layers 1 recomputes anything; the paddlefleet models take Megatron's block method
 # (the first N layers; assumed from TrainingArguments' documentation: paddlefleet cannot be read here)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vramtune.estimating.analytic import activations
+from vramtune.estimating.analytic import FLASH, activations
 from vramtune.estimating.architecture import ArchitectureError, architecture, read_config
 
 PRIOR_MARGIN = 0.2  # a first probe is placed where activations this much larger than predicted would still fit
@@ -33,8 +33,6 @@ def per_sample(config: dict[str, Any], seq: int, flash: bool) -> float | None:
 def model_prior(folder: str, seq: int, attention: str, device_kind: str) -> float | None:
     """The prior of a model folder's config.json at the sequence length a probe measures; flash attention (no [s, s]
     tensor kept) only where it runs, on a GPU. None where its config.json cannot be read."""
-    from vramtune.estimating.answer import FLASH  # here: the estimate's answer imports much the search never needs
-
     try:
         config = read_config(Path(folder))
     except ArchitectureError:
