@@ -765,3 +765,22 @@ def test_a_whole_batch_that_fits_is_found_even_where_the_prior_puts_it_far_past_
     fp32_only = shape(10.0, ())  # fp32 alone: its boundary climbs from the probe placed low, on the measured line
     outcome = tuned(fp32_only)
     assert outcome.chosen.strategy.label() == "fp32 m=64 k=1 r=0", [s.label() for s in fp32_only.device.calls]
+
+
+def test_the_activation_prior_of_a_model_folder_is_the_analytic_models_and_flash_only_on_a_gpu(tmp_path):
+    """The tiny Llama at 78 tokens, by hand from estimating/analytic.py: per layer 78 x (39.72 x 64 + 11.80 x 64 +
+    13.75 x 128) + 4.38 x 4 heads x 78^2 = 501,059.52 B, two of them, and outside 12 x 78 x 300 (logits) + 17.7 x 78^2
+    (mask) = 388,486.8 B; flash attention (a GPU's flashmask) keeps neither [s, s] term. Another source's model, or
+    an architecture the analytic model does not know, has no prior."""
+    from conftest import SPECS
+
+    from vramtune.search.activations import activation_prior, model_prior
+
+    folder = str(SPECS / "formers" / "llama")
+    assert model_prior(folder, 78, "eager", "cpu") == pytest.approx(2 * 501_059.52 + 388_486.8)
+    assert model_prior(folder, 78, "flashmask", "cpu") == pytest.approx(2 * 501_059.52 + 388_486.8)  # CPUs: eager
+    assert model_prior(folder, 78, "flashmask", "gpu") == pytest.approx(2 * 78 * 5_057.28 + 12 * 78 * 300)
+    assert model_prior(folder, 78, "eager", "gpu") == pytest.approx(2 * 501_059.52 + 388_486.8)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
+    assert model_prior(str(tmp_path), 78, "eager", "gpu") is None
+    assert activation_prior(object(), "gpu") is None
