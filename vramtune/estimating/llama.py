@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # fitted to `vramtune measure` of PaddleFormers 1.2.0's Llama on Paddle 3.3.1 (CPU, fp32, SFT, full fine-tuning) at
-# ten shapes, each peak within 0.4% (bench/llama_activations.py)
+# ten shapes: every peak within 0.3%, the activations within 0.4% (bench/llama_activations.py)
 ACTIVATION_SBH = 55.7  # fp32 bytes per token and hidden unit saved per layer (norms, q/k/v, attention out, residual)
 ACTIVATION_SBF = 16.2  # per token and intermediate unit (the SwiGLU's gate, up, activation and product)
 ACTIVATION_AS2B = 3.95  # per head and token pair (the attention probabilities)
