@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from vramtune import mechanisms
 from vramtune.mechanisms import MECHANISMS
 from vramtune.records import ProbeResult
 from vramtune.report import Tuned
@@ -56,8 +57,7 @@ def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str |
 
 def micro_batch_floor(settings: dict, chosen: ProbeResult) -> int:
     """The smallest micro-batch the search would choose (a mechanism's floor, e.g. a BatchNorm model's)."""
-    floors = [floor for m in MECHANISMS if (floor := m.min_micro_batch(settings.get(m.name), chosen.facts_of(m.name)))]
-    return max(floors, default=(1, None))[0]
+    return mechanisms.micro_batch_floor(settings, chosen.facts)[0]
 
 
 def exported(chosen: ProbeResult, probes: Iterable[ProbeResult], accepted: frozenset[str] | None, floor: int,

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from vramtune.mechanisms import BY_NAME, MECHANISMS, Facts, Mechanism
+from vramtune.mechanisms import BY_NAME, MECHANISMS, Facts, Mechanism, micro_batch_floor
 from vramtune.records import Budget, Device, ProbeResult
 from vramtune.search import roles
 from vramtune.search.activations import PRIOR_ERROR, PRIOR_MARGIN
@@ -160,8 +160,7 @@ class Tuner:
 
     def floor_and_why(self) -> tuple[int, str | None]:
         """The smallest micro-batch that may be chosen (a mechanism's floor, e.g. BatchNorm models), and why."""
-        floors = [f for m in MECHANISMS if (f := m.min_micro_batch(self.settings(m.name), self.facts(m.name)))]
-        value, why = max(floors, default=(1, None))
+        value, why = micro_batch_floor(self.problem.settings, self.learned)
         return min(value, self.problem.micro_batches[0]), why
 
     @property
