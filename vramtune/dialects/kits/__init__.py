@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import vramtune.sources  # noqa: F401  the source registry imports the kit modules: load it first
-from vramtune.dialects.kits import paddleclas, paddleocr, paddleseg
+from vramtune.dialects.kits import paddleclas, paddledetection, paddleocr, paddleseg
 from vramtune.dialects.kits.config import Kit, KitError
 from vramtune.reading import Problem, SpecError
 
-KITS: dict[str, Kit] = {kit.name: kit for kit in (paddleclas.KIT, paddleocr.KIT, paddleseg.KIT)}
+KITS: dict[str, Kit] = {kit.name: kit for kit in (paddleclas.KIT, paddleocr.KIT, paddleseg.KIT, paddledetection.KIT)}
 
 __all__ = ["KITS", "Kit", "KitError", "kit_of", "kit_spec"]
 
