@@ -14,7 +14,8 @@ from vramtune.roundtrip import set_keys
 
 NAME, SUFFIX = "kit", ".tuned.yml"
 ACCEPTED = None  # the search explores only what the kit's config can say (spec(): recompute and sharding off)
-SOURCES = ("paddleclas", "paddleocr", "paddleseg", "paddledetection")  # the kits' model sources: the specs this format writes back
+# the kits' model sources: the specs this format writes back
+SOURCES = ("paddleclas", "paddleocr", "paddleseg", "paddledetection")
 
 
 def is_kit_config(path: Path) -> bool:
