@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     from vramtune.doctor.base import Check
+    from vramtune.estimating.architecture import Architecture
     from vramtune.estimating.model import Counts, Factors, Given
     from vramtune.reading import Section, Sections
     from vramtune.records import Budget, Device, ProbeResult
@@ -231,6 +232,19 @@ class Mechanism:
     def column(self, strategy: Strategy, facts: Facts) -> tuple[str, str] | None:
         """Its column in the estimate's table of strategies: (heading, cell); None when it has none."""
         return None
+
+    def estimate_choices(self, question: Any, arch: Architecture, fine_tuning: str
+                         ) -> tuple[int, list[dict[str, Any]]] | None:
+        """The field values it explores in a config.json estimate (`vramtune estimate MODEL_FOLDER`), from the
+        question (an `estimating.answer.Question`: compute_type, devices), the model's sizes and the rows' fine-tuning,
+        and its place in the rows' nesting (the lowest outermost; the micro-batch innermost); None: its fields keep
+        their defaults."""
+        return None
+
+    def formers_facts(self, model_type: str) -> Facts:
+        """Its facts about a PaddleFormers model known by its model_type alone (no probe ran), for its `to_formers`
+        in the estimate's predicted best (recompute: whether the model's code recomputes the first N layers)."""
+        return {}
 
     # -- `vramtune doctor` (Paddle-free) ------------------------------------------------------------------
     def doctor_checks(self) -> tuple[Check, ...]:
