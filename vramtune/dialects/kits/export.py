@@ -28,9 +28,15 @@ def is_kit_config(path: Path) -> bool:
         return False
 
 
+def is_tuned(option: str, keys: set[str]) -> bool:
+    """Whether a -o Key=value override sets a tuned key or a key inside one (a tuned mapping, written whole)."""
+    key = option.partition("=")[0]
+    return any(key == tuned or key.startswith(f"{tuned}.") for tuned in keys)
+
+
 def command(kit: Any, spec: Any, changed: set[str]) -> str:
     """How to train the tuned file: the kit's tools/train.py, with the user's -o options that are not tuned keys."""
-    options = [option for option in spec.model.options if option.partition("=")[0] not in changed]
+    options = [option for option in spec.model.options if not is_tuned(option, changed)]
     return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py {kit.config_flag} TUNED_FILE"
             f"{kit.command_options(options)}")
 
@@ -63,7 +69,7 @@ def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
     tuned_keys = set(changes) | set(followers)
-    overridden = [option for option in spec.model.options if option.partition("=")[0] in tuned_keys]
+    overridden = [option for option in spec.model.options if is_tuned(option, tuned_keys)]
     if overridden:
         flag = kit.option_flag
         warnings.append(f"{flag} {f' {flag} '.join(overridden)}: tuned in the file now; do not pass them to the kit "
