@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import types
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from vramtune.dialects.kits import tags
 from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, get_key, kit_import_error, on_path
 from vramtune.mechanisms.static_graph import MECHANISM as STATIC_GRAPH
 from vramtune.sources.base import BuildError, BuiltModel
@@ -78,7 +80,8 @@ def read_config(checkout: Path | str, path: Path, options: list[str]) -> dict[st
     import collections.abc
     import os
 
-    namespace: dict[str, Any] = {"os": os, "yaml": yaml, "collectionsAbc": collections.abc,
+    kit_yaml = types.SimpleNamespace(load=yaml.load, Loader=tags.TaggedLoader)  # its yaml.Loader, tags as mappings
+    namespace: dict[str, Any] = {"os": os, "yaml": kit_yaml, "collectionsAbc": collections.abc,
                                  "__name__": "ppdet_config_loader"}
     exec(kit_loader(str(checkout)), namespace)
     try:
@@ -182,7 +185,9 @@ class PaddleDetection(Kit):
         warnings = [NO_ACCUMULATION.format(target=target, batch=batch, ratio=batch / target)] if batch < target else []
         if isinstance(raw, dict) and raw.get("_BASE_"):
             warnings.append(BASE_ADVICE.format(bases=", ".join(map(str, raw["_BASE_"]))))
-        return {BATCH: batch}, warnings
+        # ppdet merges the file over its _BASE_ files key by key: a file without TrainReader gets one holding the batch
+        has_reader = isinstance(raw, dict) and isinstance(raw.get("TrainReader"), dict)
+        return ({BATCH: batch} if has_reader else {"TrainReader": {"batch_size": batch}}), warnings
 
 
 KIT = PaddleDetection(name="paddledetection", package="ppdet", sections=("architecture",), one_flag=True,
