@@ -286,8 +286,8 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
 def _logits_per_entry(prober: _Prober, depth: int | None, micro: int) -> float:
     """Activation bytes per sample and vocabulary entry: the probe at twice the probes' vocabulary over the same."""
     vocab = prober.vocab or 0
-    more = _activations(prober.probe(depth, micro, vocab=2 * vocab)) - _activations(prober.probe(depth, micro))
-    return more / (vocab * micro)
+    base = _activations(prober.probe(depth, micro))
+    return (_activations(prober.probe(depth, micro, vocab=2 * vocab)) - base) / (vocab * micro)
 
 
 def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
