@@ -87,6 +87,10 @@ class Sharding(Mechanism):
     def column(self, strategy, facts) -> tuple[str, str]:
         return "stage", str(strategy.sharding_stage)
 
+    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
+        """Every stage with several devices, none with one; inside the precisions."""
+        return 1, [{"sharding_stage": stage} for stage in (STAGES if question.devices > 1 else (0,))]
+
     def from_arguments(self, arguments) -> dict:
         """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
         the run has (at least). Offload and sharding_parallel_config options are not measured: refused."""

@@ -62,6 +62,10 @@ class DataParallel(Mechanism):
         several = strategy.devices > 1 and not strategy.sharding_stage
         return {**state, "buffers": int(given.buffer_ratio * state["gradients"]) if several else 0}
 
+    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
+        """The question's devices, in every row."""
+        return 1, [{"devices": question.devices}]
+
     def to_arguments(self, tuned):
         devices = tuned.strategy.devices
         if devices == 1:

@@ -186,6 +186,12 @@ class Precision(Mechanism):
     def column(self, strategy, facts) -> tuple[str, str]:
         return "precision", strategy.precision
 
+    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, Any]]]:
+        """fp32, and the question's compute_type at O1 and O2 when it is a half type; outermost."""
+        half = question.compute_type
+        precisions = ["fp32", half, f"{half}{PURE}"] if half in AMP_DTYPES else ["fp32"]
+        return 0, [{"precision": precision} for precision in precisions]
+
     def to_arguments(self, tuned):
         precision = tuned.strategy.precision
         dtype = dtype_of(precision)

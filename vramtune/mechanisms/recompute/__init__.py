@@ -16,8 +16,12 @@ LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third o
 GRANULARITIES = ("full", "full_attn", "core_attn")  # full: the whole block; the others only PaddleNLP models know
 # what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
 MODEL_DEFAULTS = {"recompute_granularity": "full", "no_recompute_layers": None}
-# the one combination of a PaddleFormers config's recompute keys its models honour: every layer
+# the one combination of a PaddleFormers config's recompute keys its own models honour: every layer
 FORMERS_EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+# PaddleFormers' own model code (importable here) recomputes every layer or none; the other models (paddlefleet's)
+# take Megatron's block method, the first N layers (assumed from TrainingArguments' documentation: paddlefleet cannot
+# be read here)
+FORMERS_ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe")
 
 
 def _not_negative(value: int) -> str | None:
@@ -59,9 +63,15 @@ class Recompute(Mechanism):
         return {}
 
     def to_formers(self, config, tuned) -> dict:
-        """Every layer when the choice recomputes (the only combination PaddleFormers' models honour, so the search
-        explores nothing else there); the file's combination removed when it recomputes nothing."""
-        if tuned.strategy.recomputed_blocks:
+        """Every layer when the choice recomputes (the only combination PaddleFormers' own models honour, so the
+        search explores nothing else there), or the first N layers by the block method where the model's code
+        recomputes those (the estimate's paddlefleet models: `formers_facts`); the file's combination removed when
+        it recomputes nothing."""
+        recomputed, facts = tuned.strategy.recomputed_blocks, tuned.facts_of(self.name)
+        if recomputed and (facts.get("recompute_options") or {}).get("partial") and \
+                recomputed < facts.get("total_blocks", 0):
+            return {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": recomputed}
+        if recomputed:
             return dict(FORMERS_EVERY_LAYER)
         if all(config.get(key) == value for key, value in FORMERS_EVERY_LAYER.items()):
             return dict.fromkeys(FORMERS_EVERY_LAYER, DELETE)
@@ -94,6 +104,22 @@ class Recompute(Mechanism):
     def column(self, strategy, facts) -> tuple[str, str]:
         blocks = strategy.recomputed_blocks
         return "recompute", f"{blocks}/{facts.get('total_blocks') or 0}" if blocks else "-"
+
+    def formers_facts(self, model_type) -> dict:
+        """PaddleFormers' own models recompute every layer or none; the paddlefleet ones the first N layers too."""
+        return {"recompute_options": {"granularities": ["full"], "partial": model_type not in FORMERS_ALL_OR_NONE}}
+
+    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
+        """What the model's code can recompute: every layer or none in PaddleFormers' own code, where a layer
+        recomputes only when its input needs a gradient (under LoRA never the first: the embeddings are frozen);
+        a quarter, half, three quarters too in the paddlefleet models. Inside the precisions and stages."""
+        from vramtune.estimating.model import recompute_levels
+
+        if self.formers_facts(arch.model_type)["recompute_options"]["partial"]:
+            levels = recompute_levels(arch.layers)
+        else:
+            levels = [0, arch.layers - 1 if fine_tuning == "LoRA" else arch.layers]
+        return 2, [{"recomputed_blocks": blocks} for blocks in levels]
 
     def measured_lines(self, facts) -> list[str]:
         total = facts.get("total_blocks")
