@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from vramtune.dialects.kits import kit_of, kit_spec
+from vramtune.dialects.kits import kit_of, kit_spec, tags
 from vramtune.dialects.paddleformers.reading import formers_spec
 from vramtune.reading import Problem, SpecError, read_spec_text
 from vramtune.report import Tuned
@@ -23,7 +23,7 @@ def read_yaml(path: str | Path) -> Any:
     file = str(path)
     text = read_spec_text(Path(path))
     try:
-        raw = yaml.safe_load(text)
+        raw = tags.safe_load(text)  # a kit's `!Class` tags (PaddleDetection) read as mappings
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from vramtune.dialects.kits import tags
 from vramtune.report import Report, Tuned
 from vramtune.roundtrip import set_keys
 
@@ -23,7 +24,7 @@ def is_kit_config(path: Path) -> bool:
     from vramtune.dialects.kits import kit_of
 
     try:
-        return kit_of(yaml.safe_load(path.read_text(encoding="utf-8"))) is not None
+        return kit_of(tags.safe_load(path.read_text(encoding="utf-8"))) is not None
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
 
@@ -64,7 +65,7 @@ def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
     from vramtune.dialects.kits import KITS
 
     kit, text = KITS[spec.source], Path(spec.model.config).read_text(encoding="utf-8")
-    changes, warnings = kit.changes(yaml.safe_load(text), Tuned.of(report))
+    changes, warnings = kit.changes(tags.safe_load(text), Tuned.of(report))
     tuned, followers = set_keys(text, changes, "yaml")
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
@@ -84,6 +85,6 @@ def estimate_options(spec: Any, strategy: Any) -> tuple[list[str], list[str]]:
     rate)."""
     from vramtune.dialects.kits import KITS
 
-    kit, raw = KITS[spec.source], yaml.safe_load(Path(spec.model.config).read_text(encoding="utf-8"))
+    kit, raw = KITS[spec.source], tags.safe_load(Path(spec.model.config).read_text(encoding="utf-8"))
     changes, warnings = kit.changes(raw, Tuned(strategy=strategy))
     return [f"{key}={kit.option_text(value)}" for key, value in changes.items()], warnings
