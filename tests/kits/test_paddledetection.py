@@ -1,0 +1,141 @@
+"""PaddleDetection configs as specs: read with the kit's own loader (`_BASE_` files, `-o`) Paddle-free and equal to
+ppdet's own `load_config`, written back with only TrainReader.batch_size changed and loaded by ppdet's loader, and
+probed with the kit's own PP-YOLOE+ built by `create(cfg.architecture)`."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kit_client as client
+import pytest
+from fakes import FakeDevice, MiB
+from test_paddleclas import diff
+
+from vramtune.dialects.kits.paddledetection import read_config
+from vramtune.spec import SpecError, load_spec
+
+CHECKOUT = client.kit("PaddleDetection")
+needs_kit = pytest.mark.skipif(CHECKOUT is None, reason=f"no PaddleDetection checkout in {client.KITS}")
+REQUIREMENTS = ("cv2", "scipy", "shapely", "pycocotools", "typeguard", "terminaltables", "imgaug")
+MISSING = [name for name in REQUIREMENTS if importlib.util.find_spec(name) is None]
+needs_requirements = pytest.mark.skipif(bool(MISSING), reason=f"PaddleDetection's requirements are not installed "
+                                                              f"here (missing {', '.join(MISSING)})")
+PPYOLOE = "configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml"  # TrainReader.batch_size 8 from its _BASE_ reader
+SMALL = "TrainReader.batch_transforms=[{BatchRandomResize: {target_size: [160], keep_ratio: false}}, " \
+        "{NormalizeImage: {}}, {Permute: {}}, {PadGT: {}}]"
+
+
+@needs_kit
+def test_a_config_is_read_with_its_base_files():
+    spec = load_spec(CHECKOUT / PPYOLOE)
+    assert spec.source == "paddledetection" and spec.train.target_batch == 8
+    assert spec.train.optimizer == "momentum"  # OptimizerBuilder from _base_/optimizer_80e.yml
+    assert spec.model.checkout == str(CHECKOUT.resolve())
+    said = " ".join(spec.warnings)
+    assert "random 768x768 images (the largest training size) with 20 random boxes each" in said
+    assert "pretrain_weights: not downloaded" in said
+    assert "AMP is a flag of tools/train.py in PaddleDetection, not a config key: searched in fp32 only" in said
+
+
+@needs_kit
+def test_overrides_are_the_kits_o_read_as_yaml():
+    spec = load_spec(CHECKOUT / PPYOLOE, {"kit.options": ["TrainReader.batch_size=3", SMALL]})
+    assert spec.train.target_batch == 3 and spec.model.options == ["TrainReader.batch_size=3", SMALL]
+    assert "random 160x160 images" in " ".join(spec.warnings)
+    with pytest.raises(SpecError, match=r"TrainReader\.batch_size must be a positive integer, got 0"):
+        load_spec(CHECKOUT / PPYOLOE, {"kit.options": ["TrainReader.batch_size=0"]})
+
+
+@needs_kit
+def test_what_the_probe_does_not_make_is_refused_by_name(tmp_path):
+    with pytest.raises(SpecError, match=r"architecture FasterRCNN: the probe makes the training inputs of PP-YOLOE "
+                                        r"/ PP-YOLOE\+ \(architecture: YOLOv3 with yolo_head: PPYOLOEHead\) only"):
+        load_spec(CHECKOUT / "configs/faster_rcnn/faster_rcnn_r50_fpn_1x_coco.yml")
+    with pytest.raises(SpecError, match="architecture YOLOv3: the probe makes"):  # YOLOv3Head: Gt2YoloTarget targets
+        load_spec(CHECKOUT / "configs/yolov3/yolov3_mobilenet_v1_270e_coco.yml")
+    with pytest.raises(SpecError, match="to_static: True: probes train eager"):
+        load_spec(CHECKOUT / PPYOLOE, {"kit.options": ["to_static=true"]})
+    with pytest.raises(SpecError, match="TrainReader: no fixed-size resize"):
+        load_spec(CHECKOUT / PPYOLOE, {"kit.options": ["TrainReader.batch_transforms=[{Permute: {}}]"]})
+    copy = tmp_path / "alone.yml"
+    copy.write_text((CHECKOUT / PPYOLOE).read_text())
+    with pytest.raises(SpecError, match="outside a paddledetection checkout"):
+        load_spec(copy)
+
+
+def checkout_copy(tmp_path: Path, config: str) -> Path:
+    """A checkout of the kit's code (symlinks) whose configs are copies, so that apply may write beside them."""
+    checkout = tmp_path / "PaddleDetection"
+    checkout.mkdir()
+    for part in ("ppdet", "tools"):
+        (checkout / part).symlink_to(CHECKOUT / part)
+    shutil.copytree(CHECKOUT / "configs" / "ppyoloe", checkout / "configs" / "ppyoloe")
+    shutil.copytree(CHECKOUT / "configs" / "datasets", checkout / "configs" / "datasets")
+    shutil.copy(CHECKOUT / "configs" / "runtime.yml", checkout / "configs" / "runtime.yml")
+    return checkout / config
+
+
+@needs_kit
+def test_apply_writes_only_the_batch_into_the_users_file(fake_cli, tmp_path):
+    """The batch lives in the _BASE_ reader file: apply writes it into the user's own file, which ppdet merges over
+    its bases, and never touches the base."""
+    config = checkout_copy(tmp_path, PPYOLOE)
+    cli, backend = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("apply", config, "--device", "cpu", "--budget", "30MiB", "-O", "epoch=1")
+    assert code == 0, stderr
+    tuned = config.with_name(config.stem + ".tuned.yml")
+    assert diff(config, tuned) == ["+TrainReader: {batch_size: 4}"]
+    assert backend.jobs[0].model["options"] == ["epoch=1"]
+    said = " ".join(stderr.split())
+    assert "the batch per card falls from 8 to 4" in said and "x0.5 here" in said
+    assert "_BASE_ paths (../datasets/coco_detection.yml, ../runtime.yml" in said
+    assert f"cd {config.parents[2].resolve()} && python tools/train.py -c TUNED_FILE -o epoch=1" in said
+    base = read_config(config.parents[2], config, [])
+    assert read_config(config.parents[2], tuned, []) == {**base, "filename": tuned.stem,
+                                                         "TrainReader": {**base["TrainReader"], "batch_size": 4}}
+
+
+def kit_config(config: Path, options: list[str]) -> dict:
+    """The config as tools/train.py reads it with ppdet's own workspace (registered modules' schemas left out: their
+    dict items are the config's), in a child with Paddle."""
+    script = ("import json, sys\nfrom ppdet.core.workspace import load_config, merge_config\n"
+              "from ppdet.utils.cli import ArgsParser\ncfg = load_config(sys.argv[1])\n"
+              "merge_config(ArgsParser()._parse_opt(sys.argv[2:]))\n"
+              "print('CONFIG', json.dumps({k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() "
+              "if type(v).__name__ != 'SchemaDict' or len(v)}, default=str))")
+    done = subprocess.run([sys.executable, "-c", script, str(config), *options], capture_output=True, text=True,
+                          timeout=300, env={**client.child_env(), "PYTHONPATH": ":".join(
+                              [str(CHECKOUT), *filter(None, [os.environ.get("PYTHONPATH")])])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.split("CONFIG ", 1)[1])
+
+
+@needs_kit
+@needs_requirements
+@pytest.mark.paddle
+def test_the_read_equals_ppdets_own_load_config(tmp_path):
+    options = ["TrainReader.batch_size=3", SMALL, "use_ema=false"]
+    ours = json.loads(json.dumps(read_config(CHECKOUT, CHECKOUT / PPYOLOE, options), default=str))
+    theirs = kit_config(CHECKOUT / PPYOLOE, options)
+    assert {key: ours[key] for key in theirs if key in ours} == {key: theirs[key] for key in theirs if key in ours}
+    assert set(ours) <= set(theirs) and ours["TrainReader"]["batch_size"] == 3 and ours["use_ema"] is False
+
+
+@needs_kit
+def test_a_batch_in_the_users_reader_is_changed_in_place_and_a_tuned_override_not_passed_again(fake_cli, tmp_path):
+    config = checkout_copy(tmp_path, "configs/ppyoloe/voc/ppyoloe_plus_crn_s_30e_voc.yml")
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("apply", config, "--device", "cpu", "--budget", "30MiB", "-O", "TrainReader.batch_size=6",
+                          "-O", "epoch=1")
+    assert code == 0, stderr
+    tuned = config.with_name(config.stem + ".tuned.yml")
+    assert diff(config, tuned) == ["-  batch_size: 8 # default 8 gpus, total bs = 64",
+                                   "+  batch_size: 3 # default 8 gpus, total bs = 64"]  # 6 is over 30 MiB
+    said = " ".join(stderr.split())
+    assert "-o TrainReader.batch_size=6: tuned in the file now; do not pass them to the kit again" in said
+    assert "python tools/train.py -c TUNED_FILE -o epoch=1" in said and "-o TrainReader.batch_size=6 " not in said
