@@ -119,9 +119,14 @@ def clas_dataset(folder: Path, train: int, evaluate: int) -> list[str]:
     options = ["Global.device=cpu", "Global.epochs=1", f"Global.output_dir={folder}/out", "Global.save_interval=100"]
     for part, labels in (("Train", "train.txt"), ("Eval", "val.txt")):
         options += [f"DataLoader.{part}.dataset.image_root={folder}/",
-                    f"DataLoader.{part}.dataset.cls_label_path={folder}/{labels}",
-                    f"DataLoader.{part}.loader.num_workers=0", f"DataLoader.{part}.loader.use_shared_memory=False"]
+                    f"DataLoader.{part}.dataset.cls_label_path={folder}/{labels}", *loader(part)]
     return options
+
+
+def loader(part: str) -> list[str]:
+    """A loader without workers: its thread reads ahead in the training process (5 batches), which the probe holds
+    too when given the same keys."""
+    return [f"DataLoader.{part}.loader.num_workers=0", f"DataLoader.{part}.loader.use_shared_memory=False"]
 
 
 @needs_kit
@@ -172,8 +177,10 @@ EMA = "EMA.decay=0.9999"  # the kit's ExponentialMovingAverage: a copy of the we
 @pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
 def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     """EMA's copy of the weights is in the probe's peak: the weights' bytes above the same config without it, in
-    vramtune's probe and in the kit's own tools/train.py on the exported file alike."""
-    flags = [f"-O{option}" for option in SMALL_RESNET18]
+    vramtune's probe and in the kit's own tools/train.py on the exported file alike. 12 batches an epoch: the kit's
+    DataLoader holds all it reads ahead (5 batches without workers, 2.3% of the peak here) at every step, as on a
+    real dataset, and the probe holds them too."""
+    flags = [f"-O{option}" for option in [*SMALL_RESNET18, *loader("Train")]]
     without = vramtune("measure", str(CHECKOUT / RESNET18), "--device", "cpu", "--budget", "4GiB", "-m", "16",
                        "--json", *flags, "-OGlobal.eval_during_train=False", cwd=tmp_path)
     assert without.returncode == 0, without.stderr[-3000:]
@@ -186,10 +193,10 @@ def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     weights = plain["weight_bytes"]  # ResNet18's 11.2 M weights and BatchNorm statistics (Paddle parameters both)
     assert exported["peak_bytes"] - plain["peak_bytes"] == pytest.approx(weights, rel=0.01)
 
-    options = clas_dataset(tmp_path / "data", train=16 * 2, evaluate=16)
+    options = clas_dataset(tmp_path / "data", train=16 * 12, evaluate=16)
     kit_options = [*SMALL_RESNET18[:2], *SMALL_RESNET18[4:], "Arch.pretrained=False", *options]
     with_ema, _ = client.run_train(CHECKOUT, out, [*kit_options, EMA], tmp_path)
     without_ema, _ = client.run_train(CHECKOUT, out, kit_options, tmp_path)
     probed = max(exported["peak_bytes"], exported["eval_peaks"]["16"])
-    assert with_ema == pytest.approx(probed, rel=0.05)
+    assert with_ema == pytest.approx(probed, rel=0.005)
     assert with_ema - without_ema == pytest.approx(weights, rel=0.05)

@@ -32,6 +32,7 @@ from vramtune.dialects.kits.config import (
     paddle_amp,
     search_off,
 )
+from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.sources.base import BuildError, BuiltModel
 
 TRAIN_BATCH, EVAL_BATCH, UPDATE_FREQ = ("DataLoader.Train.sampler.batch_size", "DataLoader.Eval.sampler.batch_size",
@@ -169,7 +170,8 @@ class PaddleClasSource(KitSource):
             images, labels = batch
             return train_loss(network(images, labels) if with_labels else network(images), labels)["loss"]
 
-        return BuiltModel(model, make_batch, loss, after_step=after_step)
+        loader = ReadAhead(make_batch, loss, kit_read_ahead(config, "DataLoader.Train.loader"))
+        return BuiltModel(model, loader.make_batch, loader.loss, after_step=after_step)
 
 
 def ema(config: dict[str, Any], model: Any) -> Any:

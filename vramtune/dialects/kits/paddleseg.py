@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.dialects.kits.config import Kit, KitError, KitSource, get_key, kit_import_error, on_path
+from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.sources.base import BuildError, BuiltModel
 
 BATCH = "batch_size"
@@ -219,20 +220,6 @@ def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int
     return int(channels), *crop(config), int(classes)
 
 
-def read_ahead(on_cpu: bool) -> int:
-    """The batches paddleseg/core/train.py's DataLoader (Paddle's defaults, num_workers 0) holds beside the one it
-    trains on, where the device counts them: its blocking queue (prefetch_factor), the buffered reader's
-    (reader_buffer_size) and the one its thread waits to queue, in host memory on a CPU (measured here: 5 with
-    Paddle 3.3.1's defaults); on a GPU the buffered reader's alone are on the card (its documentation)."""
-    import inspect
-
-    import paddle
-
-    defaults = inspect.signature(paddle.io.DataLoader).parameters
-    buffered = defaults["reader_buffer_size"].default if defaults["use_buffer_reader"].default else 0
-    return defaults["prefetch_factor"].default + buffered + 1 if on_cpu else buffered
-
-
 class PaddleSegSource(KitSource):
     name = "paddleseg"
 
@@ -252,18 +239,13 @@ class PaddleSegSource(KitSource):
             losses = builder.loss
             channels, height, width, classes = seg_batch(config.dic, builder.train_dataset_class)
 
-        ahead = read_ahead(paddle.device.get_device().startswith("cpu"))
-
         def one(batch: int) -> tuple[Any, Any]:
             """A batch as the kit's loader gives it: float32 images, the labels as the PNG decodes them (uint8)."""
             labels = paddle.randint(0, classes, [batch, height, width], "int32").astype("uint8")
             return paddle.randn([batch, channels, height, width]), labels
 
-        def make_batch(batch: int):
-            return one(batch), [one(batch) for _ in range(ahead)]
-
         def loss(network, batch):
-            (images, decoded), _ = batch
+            images, decoded = batch
             labels = decoded.astype("int64")  # as paddleseg/core/train.py does, beside the decoded ones
             logits_list = network(images)
             if hasattr(network, "loss_computation"):
@@ -272,7 +254,9 @@ class PaddleSegSource(KitSource):
                 loss_list = loss_computation(logits_list=logits_list, labels=labels, edges=None, losses=losses)
             return sum(loss_list)
 
-        return BuiltModel(model, make_batch, loss)
+        # tools/train.py's --num_workers (default 0; a flag, not in the file): the loader's thread reads ahead
+        loader = ReadAhead(one, loss, read_ahead(0, False, paddle.device.get_device().startswith("cpu")))
+        return BuiltModel(model, loader.make_batch, loader.loss)
 
 
 SOURCE = PaddleSegSource()

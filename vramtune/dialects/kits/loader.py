@@ -1,0 +1,58 @@
+"""What a kit's `paddle.io.DataLoader` holds beside the batch it trains on, where the device's counter sees it.
+
+Measured (Paddle 3.3.1, CPU, the host allocator's "Allocated" counter in the training process, a loader kept
+full): with `num_workers` 0 its thread converts each batch here and holds prefetch_factor (its blocking queue) +
+reader_buffer_size (the buffered reader's) + 1 (the one it waits to queue) = 5 batches ahead; with workers and no
+shared memory this process converts what they send and holds prefetch_factor x num_workers (the queue's capacity);
+with shared memory the workers' batches are mapped files Paddle's allocator never counts (nor the batch trained on).
+On a GPU the buffered reader copies its reader_buffer_size batches to the card (Paddle's documentation)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vramtune.dialects.kits.config import get_key
+
+
+def read_ahead(workers: int, shared_memory: bool, on_cpu: bool) -> int:
+    """The batches the loader holds ahead of the one it trains on, in the device's allocator (Paddle's defaults)."""
+    import inspect
+
+    import paddle
+
+    defaults = inspect.signature(paddle.io.DataLoader).parameters
+    prefetch = defaults["prefetch_factor"].default
+    buffered = defaults["reader_buffer_size"].default if defaults["use_buffer_reader"].default else 0
+    if not on_cpu:
+        return buffered
+    if workers <= 0:
+        return prefetch + buffered + 1
+    return 0 if shared_memory else prefetch * workers
+
+
+def kit_read_ahead(config: dict[str, Any], loader: str) -> int:
+    """read_ahead of the loader a kit builds from a config section (`num_workers`; `use_shared_memory`, which both
+    PaddleClas' and PaddleOCR's build_dataloader pass, PaddleOCR's True when unset), on the device being probed."""
+    import paddle
+
+    return read_ahead(int(get_key(config, f"{loader}.num_workers", 0) or 0),
+                      bool(get_key(config, f"{loader}.use_shared_memory", True)),
+                      paddle.device.get_device().startswith("cpu"))
+
+
+@dataclass
+class ReadAhead:
+    """A batch maker whose batches come with what the kit's loader holds ahead of them (`ahead` batches from
+    `upcoming`, by default the maker's own); `loss` trains on the batch alone."""
+    make: Callable[[int], Any]
+    train_loss: Callable[[Any, Any], Any]
+    ahead: int
+    upcoming: Callable[[int], Any] | None = None
+
+    def make_batch(self, batch: int) -> tuple[Any, list[Any]]:
+        upcoming = self.upcoming or self.make
+        return self.make(batch), [upcoming(batch) for _ in range(self.ahead)]
+
+    def loss(self, network: Any, batch: tuple[Any, list[Any]]) -> Any:
+        return self.train_loss(network, batch[0])
