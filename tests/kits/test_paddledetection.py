@@ -180,3 +180,18 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     # measured: probe 510,426,504 B, the kit 505,472,212 B (-0.97%): its 4 workers' batches are in shared memory,
     # which Paddle's host allocator never counts, the one it trains on included (4.9 MB of images at batch 4)
     assert abs(peak - probed) / probed < 0.02, (peak, probed)
+
+
+@needs_kit
+@needs_requirements
+@pytest.mark.paddle
+def test_ppdets_own_loader_reads_the_tuned_file_with_only_the_batch_changed(fake_cli, tmp_path):
+    config = checkout_copy(tmp_path, PPYOLOE)
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("apply", config, "--device", "cpu", "--budget", "30MiB")
+    assert code == 0, stderr
+    tuned = config.with_name(config.stem + ".tuned.yml")
+    before, after = kit_config(config, []), kit_config(tuned, [])
+    assert (before["TrainReader"].pop("batch_size"), after["TrainReader"].pop("batch_size")) == (8, 4)
+    assert (before.pop("filename"), after.pop("filename")) == (config.stem, tuned.stem)
+    assert after == before
