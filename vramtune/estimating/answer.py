@@ -5,6 +5,7 @@ rank: fine-tuning (LoRA, full) x precision (fp32, AMP O1, O2) x recompute (none,
 every layer) x sharding stage (with several devices) x micro-batch."""
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -14,18 +15,14 @@ from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.analytic import FLASH, activations
 from vramtune.estimating.architecture import Architecture, architecture, count
 from vramtune.estimating.model import Counts, Factors, Given, Row, row
-from vramtune.estimating.model import recompute_levels as recompute_quarters
 from vramtune.estimating.run import calibrated
-from vramtune.mechanisms.precision import level_of
+from vramtune.mechanisms import BY_NAME, MECHANISMS
 from vramtune.records import Budget, ProbeResult
+from vramtune.report import Tuned
 from vramtune.strategy import Strategy
 
 FINE_TUNINGS = ("LoRA", "full")
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
-# PaddleFormers' own model code (importable here) recomputes every layer or none: only granularity full, method
-# uniform and recompute_num_layers 1 recomputes anything; the paddlefleet models take Megatron's block method
-# (the first N layers; assumed from TrainingArguments' documentation: paddlefleet cannot be read here)
-ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe")
 
 
 @dataclass
@@ -76,34 +73,31 @@ class Answer:
                 "attention": q.attention, "asked": q.fine_tuning, "active_params": self.active,
                 "seconds": round(self.seconds, 3), "notes": self.notes, "factors": vars(self.factors),
                 **{f: {"counts": vars(self.counts[f]), "rows": [r.to_json() for r in self.rows[f]],
-                       "best": ({**b.to_json(), "keys": file_keys(b, f, self.arch, q)} if (b := self.best(f))
-                                else None)} for f in FINE_TUNINGS}}
+                       "best": ({**b.to_json(), "keys": file_keys(b, f, self.counts[f], self.arch)}
+                                if (b := self.best(f)) else None)} for f in FINE_TUNINGS}}
 
 
-def precisions(compute_type: str) -> list[str]:
-    return ["fp32", compute_type, f"{compute_type}-o2"] if compute_type in ("bf16", "fp16") else ["fp32"]
+def strategies(question: Question, arch: Architecture, fine_tuning: str) -> list[Strategy]:
+    """Every strategy a PaddleFormers run could take, in the rows' order: the values each mechanism explores (its
+    `estimate_choices`), nested in their places, and the micro-batches of the batch innermost."""
+    asked = (mechanism.estimate_choices(question, arch, fine_tuning) for mechanism in MECHANISMS)
+    explored = [choices for _, choices in sorted((found for found in asked if found), key=lambda found: found[0])]
+    batch = question.batch
+    batches = [{"micro_batch": micro, "accumulation": batch // micro} for micro in micro_batches(batch)]
+    return [Strategy(**{key: value for choice in combination for key, value in choice.items()})
+            for combination in itertools.product(*explored, batches)]
 
 
-def recompute_levels(arch: Architecture, fine_tuning: str) -> list[int]:
-    """What the model's code can recompute. PaddleFormers' own code recomputes a layer only when its input needs a
-    gradient: under LoRA (the embeddings frozen) never the first."""
-    if arch.model_type in ALL_OR_NONE:
-        return [0, arch.layers - 1 if fine_tuning == "LoRA" else arch.layers]
-    return recompute_quarters(arch.layers)
-
-
-def file_keys(best: Row, fine_tuning: str, arch: Architecture, question: Question) -> dict[str, Any]:
-    """The PaddleFormers keys that train the way a row predicts."""
-    keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full"}
-    keys.update(per_device_train_batch_size=best.micro_batch, gradient_accumulation_steps=best.accumulation)
-    if best.precision == "fp32":
-        keys["compute_type"] = "float32"
-    else:
-        keys.update(compute_type=question.compute_type, fp16_opt_level=level_of(best.precision))
-    if best.recomputed_blocks:
-        every = best.recomputed_blocks == arch.layers or arch.model_type in ALL_OR_NONE
-        keys.update(recompute_granularity="full", recompute_method="uniform" if every else "block",
-                    recompute_num_layers=1 if every else best.recomputed_blocks)
+def file_keys(best: Row, fine_tuning: str, counts: Counts, arch: Architecture) -> dict[str, Any]:
+    """The PaddleFormers keys that train the way a row predicts: the batch first, then what every mechanism's
+    `to_formers` writes for the row on a GPU, told the model's counts and type (`counted_facts`, `formers_facts`)."""
+    facts = {mechanism.name: {**mechanism.counted_facts(counts), **mechanism.formers_facts(arch.model_type)}
+             for mechanism in MECHANISMS}
+    tuned = Tuned(best.strategy, facts, device_kind="gpu")
+    keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full",
+                            **BY_NAME["accumulation"].to_formers({}, tuned)}
+    for mechanism in MECHANISMS:
+        keys.update(mechanism.to_formers({}, tuned))
     if best.sharding_stage:
         keys.update(sharding=f"stage{best.sharding_stage}", sharding_parallel_size=best.devices)
     return keys
@@ -132,7 +126,6 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
     arch = architecture(question.config)
     fit = activations(arch, question.seq_len, question.attention in FLASH)
     budget = Budget(budget_bytes or card_bytes, headroom)
-    stages = [0, 1, 2, 3] if question.devices > 1 else [0]
     counts = {}
     for fine_tuning in FINE_TUNINGS:
         counted = count(arch, question.lora_rank if fine_tuning == "LoRA" else None)
@@ -144,16 +137,10 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
     rows: dict[str, list[Row]] = {}
     for fine_tuning in FINE_TUNINGS:
         rows[fine_tuning] = []
-        for precision in precisions(question.compute_type):
-            for stage in stages:
-                for recomputed in recompute_levels(arch, fine_tuning):
-                    for micro in micro_batches(question.batch):
-                        strategy = Strategy(precision=precision, micro_batch=micro,
-                                            accumulation=question.batch // micro, recomputed_blocks=recomputed,
-                                            sharding_stage=stage, devices=question.devices)
-                        predicted = row(counts[fine_tuning], fit, factors, strategy, given, gpu=True)
-                        predicted.fits = budget.fits(predicted.reserved)
-                        rows[fine_tuning].append(predicted)
+        for strategy in strategies(question, arch, fine_tuning):
+            predicted = row(counts[fine_tuning], fit, factors, strategy, given, gpu=True)
+            predicted.fits = budget.fits(predicted.reserved)
+            rows[fine_tuning].append(predicted)
     active = count(arch).active
     return Answer(question, arch, budget, counts, rows, active, time.monotonic() - start,
                   _notes(question, arch, factors), factors=factors)

@@ -55,7 +55,7 @@ def render_answer(answer: Answer) -> None:
         say("predicted best, " + _best_line(answer, fine_tuning))
         if best := answer.best(fine_tuning):
             say(fills(best))
-            keys = file_keys(best, fine_tuning, answer.arch, answer.question)
+            keys = file_keys(best, fine_tuning, answer.counts[fine_tuning], answer.arch)
             say("  in the PaddleFormers config: " + ", ".join(f"{key}: {value}" for key, value in keys.items()))
     say(f"(the best by preference: {preferences()}. Speed is not estimated)")
     say(f"answered in {answer.seconds:.2f}s")
