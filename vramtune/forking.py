@@ -61,7 +61,8 @@ class ForkServer:
 
     def start(self, env: dict[str, str], arm: Any = None) -> subprocess.Popen:
         """The running server, started (with `env`) if there is none or it cannot serve `env`; it begins importing
-        Paddle at once."""
+        Paddle at once. It never carries a probe's marker (VRAMTUNE_PROBE): ending a probe must not end it."""
+        env = {k: v for k, v in env.items() if k != "VRAMTUNE_PROBE"}
         if self.process is not None and (self.process.poll() is not None or _paddle_env(env) != _paddle_env(self.env)):
             self.close()
         if self.process is None:
@@ -89,10 +90,9 @@ class ForkServer:
             end: Any) -> tuple[int | None, bool]:
         """Fork one probe; returns (its return code, whether it timed out). `end(pid)` ends a probe's processes
         (on timeout, or when vramtune is interrupted, before the interrupt goes on)."""
-        server_env = {k: v for k, v in env.items() if k != "VRAMTUNE_PROBE"}
         deadline = time.monotonic() + timeout
         try:
-            server = self.start(server_env, arm)
+            server = self.start(env, arm)
             assert server.stdin is not None
             server.stdin.write((json.dumps(request) + "\n").encode())
             started = self._read(deadline)
