@@ -27,6 +27,7 @@ import yaml
 
 from vramtune.dialects.kits import tags
 from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, get_key, kit_import_error, on_path
+from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.mechanisms.static_graph import MECHANISM as STATIC_GRAPH
 from vramtune.sources.base import BuildError, BuiltModel
 
@@ -165,13 +166,16 @@ class PaddleDetection(Kit):
         warnings = [f"{path}: {FLAGS_ONLY}",
                     f"{path}: the dataset is never read: probes train on random {width}x{height} images (the largest "
                     f"training size) with {BOXES} random boxes each, at epoch 0 (PP-YOLOE's static assigner)"]
-        if config.get("pretrain_weights"):
-            warnings.append(f"{path}: pretrain_weights: not downloaded (probes build random weights: the same bytes)")
+        dropped = [f"{key}.pretrained" for key, value in config.items()
+                   if isinstance(value, dict) and isinstance(value.get("pretrained"), str)]  # a backbone's own URL
+        if config.get("pretrain_weights") or dropped:
+            said = ", ".join(["pretrain_weights"] * bool(config.get("pretrain_weights")) + dropped)
+            warnings.append(f"{path}: {said}: not downloaded (probes build random weights: the same bytes)")
         if optimizer is None:
             warnings.append(f"{path}: OptimizerBuilder.optimizer.type "
                             f"{get_key(config, 'OptimizerBuilder.optimizer.type')}: measured with AdamW's state")
         model = {"source": self.name, "config": str(path.resolve()), "checkout": str(checkout),
-                 "options": list(options), "probe_options": []}
+                 "options": list(options), "probe_options": [f"{key}=null" for key in dropped]}
         # BatchNorm everywhere and no accumulation: batch 1 normalises one image per channel
         search = {**batch_only(), "min_micro_batch": min(2, batch)}
         train = {"target_batch": batch, "optimizer": optimizer or "adamw", "learning_rate": 0.001}
@@ -215,7 +219,7 @@ class PaddleDetectionSource(KitSource):
         workspace, ModelEMA, ArgsParser = ppdet_modules(settings.checkout)
         with on_path(settings.checkout):
             config = workspace.load_config(settings.config)
-            workspace.merge_config(ArgsParser()._parse_opt(settings.options))  # tools/train.py's -o
+            workspace.merge_config(ArgsParser()._parse_opt([*settings.options, *settings.probe_options]))  # as -o
             model = workspace.create(config.architecture)
         height, width = train_size(config)
         classes = int(config.get("num_classes", 80))
@@ -233,6 +237,11 @@ class PaddleDetectionSource(KitSource):
         def loss(network, batch):
             return network({**batch, "epoch_id": 0})["loss"]  # the trainer's step; a fresh dict: the model keeps it
 
+        # the kit's TrainReader: cfg.worker_num workers, TrainReader.use_shared_memory (BaseDataLoader's default off)
+        workers, shared = int(config.get("worker_num", 0) or 0), bool(get_key(config, "TrainReader.use_shared_memory"))
+        ahead = read_ahead(workers, shared, paddle.device.get_device().startswith("cpu"))
+        loader = ReadAhead(make_batch, loss, model, ahead)
+
         average = None
         if config.get("use_ema"):
             average = KitEMA(lambda: ModelEMA(model, decay=config.get("ema_decay", 0.9998),
@@ -241,7 +250,7 @@ class PaddleDetectionSource(KitSource):
                                               ema_black_list=config.get("ema_black_list"),
                                               ema_filter_no_grad=config.get("ema_filter_no_grad", False)),
                              lambda ema: ema.update())
-        return BuiltModel(model, make_batch, loss, after_step=average)
+        return BuiltModel(model, loader.make_batch, loader.loss, after_step=average)
 
 
 SOURCE = PaddleDetectionSource()
