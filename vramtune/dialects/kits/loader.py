@@ -43,16 +43,21 @@ def kit_read_ahead(config: dict[str, Any], loader: str) -> int:
 
 @dataclass
 class ReadAhead:
-    """A batch maker whose batches come with what the kit's loader holds ahead of them (`ahead` batches from
-    `upcoming`, by default the maker's own); `loss` trains on the batch alone."""
+    """A batch maker whose batches come with what the kit's loaders hold ahead of them: the training loader's
+    `ahead` batches while the model trains, the evaluation loader's `eval_ahead` while it evaluates; `upcoming`
+    (batch, training) makes one (by default the maker's own). `loss` trains on the batch alone."""
     make: Callable[[int], Any]
     train_loss: Callable[[Any, Any], Any]
+    model: Any
     ahead: int
-    upcoming: Callable[[int], Any] | None = None
+    eval_ahead: int = 0
+    upcoming: Callable[[int, bool], Any] | None = None
 
     def make_batch(self, batch: int) -> tuple[Any, list[Any]]:
-        upcoming = self.upcoming or self.make
-        return self.make(batch), [upcoming(batch) for _ in range(self.ahead)]
+        training = self.model.training
+        count = self.ahead if training else self.eval_ahead
+        return self.make(batch), [self.upcoming(batch, training) if self.upcoming else self.make(batch)
+                                  for _ in range(count)]
 
     def loss(self, network: Any, batch: tuple[Any, list[Any]]) -> Any:
         return self.train_loss(network, batch[0])

@@ -141,6 +141,8 @@ class PaddleClasSource(KitSource):
     name = "paddleclas"
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{TRAIN_BATCH} x {UPDATE_FREQ} (-O, or --target-batch)"}
+    terms = (f"in PaddleClas' keys: m (the micro-batch) is {TRAIN_BATCH}, k (accumulation) {UPDATE_FREQ}; r=0 "
+             "counts blocks recomputed, which PaddleClas cannot (never searched)")
 
     def build(self, settings, spec_dir, configure):
         import paddle
@@ -170,7 +172,8 @@ class PaddleClasSource(KitSource):
             images, labels = batch
             return train_loss(network(images, labels) if with_labels else network(images), labels)["loss"]
 
-        loader = ReadAhead(make_batch, loss, kit_read_ahead(config, "DataLoader.Train.loader"))
+        loader = ReadAhead(make_batch, loss, model, kit_read_ahead(config, "DataLoader.Train.loader"),
+                           kit_read_ahead(config, "DataLoader.Eval.loader"))
         return BuiltModel(model, loader.make_batch, loader.loss, after_step=after_step)
 
 

@@ -38,6 +38,7 @@ from vramtune.dialects.kits.config import (
     paddle_amp,
     search_off,
 )
+from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.sources.base import BuildError, BuiltModel
 
 FIRST_BS, PER_CARD, EVAL_BATCH = ("Train.sampler.first_bs", "Train.loader.batch_size_per_card",
@@ -225,6 +226,9 @@ class PaddleOCRSource(KitSource):
     name = "paddleocr"
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{FIRST_BS} (else {PER_CARD}; -O, or --target-batch)"}
+    terms = (f"in PaddleOCR's keys: m (the micro-batch) is {FIRST_BS} (else {PER_CARD}); k (accumulation) only "
+             "measures a smaller batch, which PaddleOCR cannot accumulate: apply writes the largest m that fits; r=0 "
+             "counts blocks recomputed, which PaddleOCR cannot (never searched)")
     shapes_per_step = True  # a multi-scale sampler's scales take turns
 
     def build(self, settings, spec_dir, configure):
@@ -272,6 +276,14 @@ class PaddleOCRSource(KitSource):
             pairs = scales(config, size)
             return [tensors(bs, h or height, w or width) for w, h, bs in pairs] + [[size]]
 
+        def upcoming(size: int, training: bool) -> list[Any]:
+            """A batch a loader reads ahead: training, the largest scale's (the sampler's turns are random)."""
+            if not training:
+                return tensors(size, height, width)
+            w, h, bs = max([((w or width), (h or height), bs) for w, h, bs in scales(config, size)],
+                           key=lambda scale: scale[0] * scale[1] * scale[2])
+            return tensors(bs, h, w)
+
         turn, aside = [0], []
 
         def loss(network, batch):
@@ -291,7 +303,9 @@ class PaddleOCRSource(KitSource):
             preds = network(data[0], data=data[1:]) if extra_input else network(data[0])
             return train_loss(preds, data)["loss"]
 
-        return BuiltModel(model, make_batch, loss, after_step=average)
+        loader = ReadAhead(make_batch, loss, model, kit_read_ahead(config, "Train.loader"),
+                           kit_read_ahead(config, "Eval.loader"), upcoming)
+        return BuiltModel(model, loader.make_batch, loader.loss, after_step=average)
 
 
 SOURCE = PaddleOCRSource()

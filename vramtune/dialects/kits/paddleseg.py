@@ -222,6 +222,8 @@ def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int
 
 class PaddleSegSource(KitSource):
     name = "paddleseg"
+    terms = (f"in PaddleSeg's keys: m (the micro-batch) is {BATCH}; k=1 and r=0: PaddleSeg neither accumulates nor "
+             "recomputes (never searched)")
 
     def build(self, settings, spec_dir, configure):
         import paddle
@@ -255,7 +257,7 @@ class PaddleSegSource(KitSource):
             return sum(loss_list)
 
         # tools/train.py's --num_workers (default 0; a flag, not in the file): the loader's thread reads ahead
-        loader = ReadAhead(one, loss, read_ahead(0, False, paddle.device.get_device().startswith("cpu")))
+        loader = ReadAhead(one, loss, model, read_ahead(0, False, paddle.device.get_device().startswith("cpu")))
         return BuiltModel(model, loader.make_batch, loader.loss)
 
 
