@@ -12,6 +12,7 @@ from pathlib import Path
 import kit_client as client
 import pytest
 import yaml
+from fakes import FakeDevice, MiB
 
 from vramtune.dialects.kits.paddleclas import KIT
 from vramtune.report import Tuned
@@ -200,3 +201,15 @@ def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     probed = max(exported["peak_bytes"], exported["eval_peaks"]["16"])
     assert with_ema == pytest.approx(probed, rel=0.005)
     assert with_ema - without_ema == pytest.approx(weights, rel=0.05)
+
+
+@needs_kit
+def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
+    """The probe table's m, k and r, and the chosen line's micro-batch and accumulation, as PaddleClas calls them."""
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("probe", CHECKOUT / VIT, "--device", "cpu", "--budget", "35MiB",
+                          "-O", "DataLoader.Train.sampler.batch_size=8", "-O", "Global.eval_during_train=False")
+    assert code == 0, stderr
+    assert ("note: in PaddleClas' keys: m (the micro-batch) is DataLoader.Train.sampler.batch_size, k (accumulation) "
+            "Global.update_freq; r=0 counts blocks recomputed, which PaddleClas cannot (never searched)"
+            in " ".join(stderr.split()))

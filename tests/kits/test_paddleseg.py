@@ -199,3 +199,12 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     peak = run_train(out, options, tmp_path)
     probed = exported["peak_bytes"]
     assert abs(peak - probed) / probed < 0.01, (peak, probed)
+
+
+@needs_kit
+def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("probe", CHECKOUT / OPTIC, "--device", "cpu", "--budget", "30MiB")
+    assert code == 0, stderr
+    assert ("note: in PaddleSeg's keys: m (the micro-batch) is batch_size; k=1 and r=0: PaddleSeg neither accumulates "
+            "nor recomputes (never searched)" in " ".join(stderr.split()))

@@ -213,6 +213,10 @@ class KitSource(Source):
 
     settings = KitModel
     words: ClassVar[dict[str, str]] = {}  # the spec's keys in the search's advice -> the kit's own (its batch)
+    terms: ClassVar[str] = ""  # the probe table's and the chosen line's words in the kit's keys
+
+    def notes(self, settings, device_kind):
+        return [self.terms] if self.terms else []
 
     def read(self, model, data):
         settings = KitModel(config=model.get("config", str), checkout=model.get("checkout", str),
