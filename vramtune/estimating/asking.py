@@ -50,15 +50,17 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
                       devices: int | None) -> Question:
     file = str(path)
     refused = {key: value for key, value in data.items() if keys.refusal(key, value)}
-    compute_type = data.get("compute_type", "bf16")
+    default = Question.compute_type  # PaddleFormers' default
+    compute_type = data.get("compute_type", default)
     quantized = compute_type in keys.QUANTIZED_TYPES
     readable = {k: v for k, v in data.items() if k not in refused}
-    raw, _ = spec_from_config({**readable, "compute_type": "bf16"} if quantized else readable, file)
+    raw, _ = spec_from_config({**readable, "compute_type": default} if quantized else readable, file)
     folder = Path(raw["model"]["folder"])
     notes = [f"{key}: {value!r} is not modelled: the figures are without it" for key, value in refused.items()]
     if quantized:
-        notes.append(f"compute_type: {compute_type!r} quantizes the weights: not modelled, the figures are bf16's")
-        compute_type = "bf16"
+        notes.append(f"compute_type: {compute_type!r} quantizes the weights: not modelled, the figures are "
+                     f"{default}'s")
+        compute_type = default
     if raw["data"].get("seq_note") and not seq_len:
         notes.insert(0, raw["data"]["seq_note"])
     elif not seq_len:
