@@ -241,6 +241,11 @@ class Mechanism:
         their defaults."""
         return None
 
+    def estimate_notes(self, question: Any) -> dict[str, str]:
+        """What the config.json estimate's notes say of it for the question, by note: "counted" (what its counted
+        state counts) and "assumed" (what it takes as given), each added at the end of its note."""
+        return {}
+
     def formers_facts(self, model_type: str) -> Facts:
         """Its facts about a PaddleFormers model known by its model_type alone (no probe ran), for its `to_formers`
         in the estimate's predicted best (recompute: whether the model's code recomputes the first N layers)."""
