@@ -62,6 +62,11 @@ class DataParallel(Mechanism):
         several = strategy.devices > 1 and not strategy.sharding_stage
         return {**state, "buffers": int(given.buffer_ratio * state["gradients"]) if several else 0}
 
+    def estimate_notes(self, question) -> dict[str, str]:
+        """The ratio the estimate is given (`estimating.answer.DATA_PARALLEL_BUFFERS`), where the ranks keep them."""
+        return {"assumed": "data parallel's gradient buffers x1.00 of the gradients (no sharding)"} \
+            if question.devices > 1 else {}
+
     def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
         """The question's devices, in every row."""
         return 1, [{"devices": question.devices}]

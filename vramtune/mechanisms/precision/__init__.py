@@ -186,6 +186,10 @@ class Precision(Mechanism):
     def column(self, strategy, facts) -> tuple[str, str]:
         return "precision", strategy.precision
 
+    def estimate_notes(self, question) -> dict[str, str]:
+        return {"counted": "bytes per parameter of each precision (O2: fp32 master weights and AdamW moments"
+                           + (", fp32 gradients with amp_master_grad" if question.master_grad else "") + ")"}
+
     def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, Any]]]:
         """fp32, and the question's compute_type at O1 and O2 when it is a half type; outermost."""
         half = question.compute_type
