@@ -12,7 +12,8 @@ in fp32, and the warnings say so. Its EMA (`use_ema`, a config key) is measured:
 
 The probe builds what the trainer builds, with the kit's own code: `create(cfg.architecture)`, and trains on random
 images at the largest training size (`TrainReader.batch_transforms`' `BatchRandomResize`, the largest of its sizes,
-or a fixed-size `Resize`) with random ground-truth boxes, padded as `PadGT` pads them, at epoch 0. One family's
+or a fixed-size `Resize`) with random ground-truth boxes, padded as `PadGT` pads them, at epoch 0, with the batches
+its DataLoader holds ahead (`worker_num`, `TrainReader.use_shared_memory`: kits/loader.py). One family's
 inputs are made in this version: PP-YOLOE / PP-YOLOE+ (`architecture: YOLOv3` with a `PPYOLOEHead`); every other
 is refused by name."""
 from __future__ import annotations
