@@ -31,10 +31,11 @@ ARGUMENTS = {"model_name_or_path": "./model", "output_dir": "./checkpoints", "pe
              "fp16_opt_level": "O2", "learning_rate": 3e-4}
 
 
-def tree_rss(root: int) -> int:
-    """Resident bytes of a process and all its descendants."""
+def tree_memory(root: int) -> tuple[int, int]:
+    """(resident, proportional) bytes of a process and all its descendants: RSS counts a page each process shares
+    (a probe forked from its server shares Paddle's and PaddleNLP's imported pages with it) once per process, PSS
+    splits it between them, so their sum is the memory they take together."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -43,15 +44,20 @@ def tree_rss(root: int) -> int:
         except OSError:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        pid = int(entry.name)
-        children.setdefault(int(fields["PPid"]), []).append(pid)
-        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
-    total, stack = 0, [root]
+        children.setdefault(int(fields["PPid"]), []).append(int(entry.name))
+    rss = pss = 0
+    stack = [root]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
+        try:
+            rollup = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+                          if line.startswith(("Rss:", "Pss:")))
+        except OSError:
+            continue
+        rss += int(rollup.get("Rss", "0 kB").split()[0]) * 1024
+        pss += int(rollup.get("Pss", "0 kB").split()[0]) * 1024
         stack.extend(children.get(pid, []))
-    return total
+    return rss, pss
 
 
 def _folder(config: dict[str, Any], arguments: dict[str, Any]) -> Path:
@@ -72,18 +78,19 @@ def run_estimate(config: dict[str, Any], arguments: dict[str, Any], card: str,
     env = {**os.environ, "VRAMTUNE_CACHE": str(folder / "cache"), "VRAMTUNE_LOCKS": str(folder / "locks")}
     if package is not None:  # before the editable install's finder (which comes after the path)
         env["PYTHONPATH"] = str(package)
-    start, peak, used = time.monotonic(), 0, _children_cpu()
+    start, peak, proportional, used = time.monotonic(), 0, 0, _children_cpu()
     with subprocess.Popen([sys.executable, "-m", "vramtune", "estimate", "lora.json", "--card", card, "--json"],
                           cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                           text=True) as process:
         while process.poll() is None:
-            peak = max(peak, tree_rss(process.pid))
+            rss, pss = tree_memory(process.pid)
+            peak, proportional = max(peak, rss), max(proportional, pss)
             time.sleep(0.2)
         out = process.stdout.read() if process.stdout else ""
     wall, cpu = time.monotonic() - start, _children_cpu() - used
     if process.returncode:
         sys.exit(f"vramtune estimate failed with exit code {process.returncode}")
-    return {"seconds": wall, "cpu_seconds": cpu, "peak_rss": peak, "answer": json.loads(out)}
+    return {"seconds": wall, "cpu_seconds": cpu, "peak_rss": peak, "peak_pss": proportional, "answer": json.loads(out)}
 
 
 def _children_cpu() -> float:
@@ -96,8 +103,9 @@ def describe(run: dict[str, Any]) -> str:
     best = answer.get("best")
     chosen = (f"{best['precision']} m={best['micro_batch']} k={best['accumulation']} r={best['recomputed_blocks']}, "
               f"{best['reserved_bytes'] / 2**30:.2f} GiB reserved" if best else "nothing fits")
-    return (f"{run['seconds']:.1f} s ({run['cpu_seconds']:.1f} CPU s), {run['peak_rss'] / 2**30:.2f} GiB peak RSS of "
-            f"the process tree, {answer['probes']} probes; predicted best: {chosen}")
+    return (f"{run['seconds']:.1f} s ({run['cpu_seconds']:.1f} CPU s), {run['peak_rss'] / 2**30:.2f} GiB peak RSS "
+            f"({run['peak_pss'] / 2**30:.2f} GiB PSS) of the process tree, {answer['probes']} probes; "
+            f"predicted best: {chosen}")
 
 
 def profile(run: dict[str, Any]) -> str:
