@@ -148,11 +148,11 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
 
 def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str]:
     flash = question.attention in FLASH
+    own = [mechanism.estimate_notes(question) for mechanism in MECHANISMS]
     notes = [*question.notes,
         "counted (exact, from config.json as PaddleFormers builds the model): every parameter"
         + (", every expert resident" if arch.moe else "") + f"; LoRA r={question.lora_rank} on PaddleFormers' "
-        "target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments"
-        + (", fp32 gradients with amp_master_grad" if question.master_grad else "") + ")",
+        "target modules" + "".join(f"; {said['counted']}" for said in own if "counted" in said),
         "measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and "
         "width, and of the logits" + (f"; only the top-{arch.moe.top_k} routed experts hold activations"
                                       if arch.moe else ""),
@@ -160,7 +160,7 @@ def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str
         f"x{factors.o2_activations:g}, the GPU allocator's reserve +{factors.fragmentation:.0%}"
         + (f", {question.attention} attention keeps no [s, s] tensor" if flash else "")
         + (", each routed copy of a token's input and output in an MoE layer" if arch.moe else "")
-        + (", data parallel's gradient buffers x1.00 of the gradients (no sharding)" if question.devices > 1 else ""),
+        + "".join(f", {said['assumed']}" for said in own if "assumed" in said),
     ]
     if arch.fused is False and arch.model_type not in ("llama",):
         notes.append(f"{arch.model_type}: the coefficients of PaddleFormers' Llama (separate projections) are assumed")
