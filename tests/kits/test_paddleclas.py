@@ -211,5 +211,5 @@ def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
                           "-O", "DataLoader.Train.sampler.batch_size=8", "-O", "Global.eval_during_train=False")
     assert code == 0, stderr
     assert ("note: in PaddleClas' keys: m (the micro-batch) is DataLoader.Train.sampler.batch_size, k (accumulation) "
-            "Global.update_freq; r=0 counts blocks recomputed, which PaddleClas cannot (never searched)"
+            "Global.update_freq; r=0: no block re-run in backward (PaddleClas has no key for it; never searched)"
             in " ".join(stderr.split()))

@@ -171,8 +171,8 @@ def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
     assert code == 0, stderr
     assert ("note: in PaddleOCR's keys: m (the micro-batch) is Train.sampler.first_bs (else "
             "Train.loader.batch_size_per_card); k (accumulation) only measures a smaller batch, which PaddleOCR cannot "
-            "accumulate: apply writes the largest m that fits; r=0 counts blocks recomputed, which PaddleOCR cannot "
-            "(never searched)" in " ".join(stderr.split()))
+            "accumulate: apply writes the largest m that fits; r=0: no block re-run in backward (PaddleOCR has no key "
+            "for it; never searched)" in " ".join(stderr.split()))
 
 
 

@@ -207,4 +207,4 @@ def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
     code, _, stderr = cli("probe", CHECKOUT / OPTIC, "--device", "cpu", "--budget", "30MiB")
     assert code == 0, stderr
     assert ("note: in PaddleSeg's keys: m (the micro-batch) is batch_size; k=1 and r=0: PaddleSeg neither accumulates "
-            "nor recomputes (never searched)" in " ".join(stderr.split()))
+            "nor re-runs blocks in backward (never searched)" in " ".join(stderr.split()))

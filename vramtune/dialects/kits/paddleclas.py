@@ -141,8 +141,8 @@ class PaddleClasSource(KitSource):
     name = "paddleclas"
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{TRAIN_BATCH} x {UPDATE_FREQ} (-O, or --target-batch)"}
-    terms = (f"in PaddleClas' keys: m (the micro-batch) is {TRAIN_BATCH}, k (accumulation) {UPDATE_FREQ}; r=0 "
-             "counts blocks recomputed, which PaddleClas cannot (never searched)")
+    terms = (f"in PaddleClas' keys: m (the micro-batch) is {TRAIN_BATCH}, k (accumulation) {UPDATE_FREQ}; r=0: no "
+             "block re-run in backward (PaddleClas has no key for it; never searched)")
 
     def build(self, settings, spec_dir, configure):
         import paddle

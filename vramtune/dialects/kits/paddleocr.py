@@ -227,8 +227,8 @@ class PaddleOCRSource(KitSource):
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{FIRST_BS} (else {PER_CARD}; -O, or --target-batch)"}
     terms = (f"in PaddleOCR's keys: m (the micro-batch) is {FIRST_BS} (else {PER_CARD}); k (accumulation) only "
-             "measures a smaller batch, which PaddleOCR cannot accumulate: apply writes the largest m that fits; r=0 "
-             "counts blocks recomputed, which PaddleOCR cannot (never searched)")
+             "measures a smaller batch, which PaddleOCR cannot accumulate: apply writes the largest m that fits; "
+             "r=0: no block re-run in backward (PaddleOCR has no key for it; never searched)")
     shapes_per_step = True  # a multi-scale sampler's scales take turns
 
     def build(self, settings, spec_dir, configure):

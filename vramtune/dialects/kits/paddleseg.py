@@ -223,7 +223,7 @@ def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int
 class PaddleSegSource(KitSource):
     name = "paddleseg"
     terms = (f"in PaddleSeg's keys: m (the micro-batch) is {BATCH}; k=1 and r=0: PaddleSeg neither accumulates nor "
-             "recomputes (never searched)")
+             "re-runs blocks in backward (never searched)")
 
     def build(self, settings, spec_dir, configure):
         import paddle
