@@ -223,3 +223,18 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
                                timeout=1200, one_flag=True)
     # measured: probe 332,395,684 B, the kit 332,379,404 B
     assert abs(peak - exported["peak_bytes"]) / exported["peak_bytes"] < 0.02, (peak, exported["peak_bytes"])
+
+
+@needs_kit
+@needs_requirements
+@pytest.mark.paddle
+def test_estimate_counts_the_kits_model_whose_initialisers_fill_parameters_in_place(tmp_path):
+    """ppdet's PPYOLOEHead fills its parameters at construction (set_value), which paddle.LazyGuard's cannot take:
+    the source builds them eagerly; estimate's count and its overrides in the kit's -o (merged as ppdet merges)."""
+    done = subprocess.run([sys.executable, "-m", "vramtune", "estimate", str(CHECKOUT / PPYOLOE), "--card", "1GiB",
+                           f"-O{SMALL}"], cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                          env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "8,105,523 parameters (8,084,594 trained)" in said
+    assert "as the kit's overrides (the evaluation batch is not estimated): -o 'TrainReader={batch_size: 8}'" in said

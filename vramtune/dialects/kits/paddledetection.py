@@ -19,8 +19,10 @@ is refused by name."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +213,22 @@ def ppdet_modules(checkout: str) -> tuple[Any, Any, Any]:
     return workspace, ModelEMA, ArgsParser
 
 
+@contextlib.contextmanager
+def eager_parameters() -> Iterator[None]:
+    """Parameters with memory even under `estimate`'s paddle.LazyGuard: ppdet's initialisers fill them in place
+    (`set_value` in PPYOLOEHead._init_weights), which a lazy parameter cannot take. A detector's are a few MB."""
+    from paddle.nn.initializer.lazy_init import lazy_init_helper
+
+    helper = lazy_init_helper()
+    lazy = helper.state
+    helper.disable()
+    try:
+        yield
+    finally:
+        if lazy:
+            helper.enable()
+
+
 class PaddleDetectionSource(KitSource):
     name = "paddledetection"
 
@@ -221,7 +239,8 @@ class PaddleDetectionSource(KitSource):
         with on_path(settings.checkout):
             config = workspace.load_config(settings.config)
             workspace.merge_config(ArgsParser()._parse_opt([*settings.options, *settings.probe_options]))  # as -o
-            model = workspace.create(config.architecture)
+            with eager_parameters():
+                model = workspace.create(config.architecture)
         height, width = train_size(config)
         classes = int(config.get("num_classes", 80))
 
