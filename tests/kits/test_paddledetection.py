@@ -98,6 +98,8 @@ def test_apply_writes_only_the_batch_into_the_users_file(fake_cli, tmp_path):
     assert "the batch per card falls from 8 to 4" in said and "x0.5 here" in said
     assert "_BASE_ paths (../datasets/coco_detection.yml, ../runtime.yml" in said
     assert f"cd {config.parents[2].resolve()} && python tools/train.py -c TUNED_FILE -o epoch=1" in said
+    assert ("note: in PaddleDetection's keys: m (the micro-batch) is TrainReader.batch_size; k only measures a "
+            "smaller batch, which its trainer cannot accumulate" in said)
     base = read_config(config.parents[2], config, [])
     assert read_config(config.parents[2], tuned, []) == {**base, "filename": tuned.stem,
                                                          "TrainReader": {**base["TrainReader"], "batch_size": 4}}

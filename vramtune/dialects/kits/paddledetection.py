@@ -24,7 +24,7 @@ import functools
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -231,6 +231,10 @@ def eager_parameters() -> Iterator[None]:
 
 class PaddleDetectionSource(KitSource):
     name = "paddledetection"
+    words: ClassVar[dict[str, str]] = {"train.target_batch": f"{BATCH} (-O, or --target-batch)"}
+    terms = (f"in PaddleDetection's keys: m (the micro-batch) is {BATCH}; k only measures a smaller batch, which "
+             "its trainer cannot accumulate: apply writes the largest m that fits; r=0: no block re-run in backward "
+             "(PaddleDetection has no key for it; never searched)")
 
     def build(self, settings, spec_dir, configure):
         import paddle
