@@ -89,14 +89,15 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
 
 
 def warm_up(job: ProbeJob, prepared: Any, loss_fn: Any, batch: Any) -> tuple[list[float], bool]:
-    """Train until the optimizer's state exists (bounded): GradScaler skips steps while gradients are not finite."""
+    """Step until the optimizer's state exists (bounded): GradScaler skips steps while gradients are not finite.
+    A warmup step is a step's last micro-batches and the optimizer step (StepRunner.warmup_step)."""
     from vramtune.child.training import optimizer_state_ready
 
     losses: list[float] = []
     for step in range(job.warmup + MAX_EXTRA_WARMUP):
         if step >= job.warmup and optimizer_state_ready(job.optimizer, prepared.optimizer):
             break
-        losses.append(prepared.runner.train_step(loss_fn, batch))
+        losses.append(prepared.runner.warmup_step(loss_fn, batch))
     return losses, optimizer_state_ready(job.optimizer, prepared.optimizer)
 
 
