@@ -254,4 +254,4 @@ def test_the_strategies_and_the_keys_of_the_predicted_best_come_from_the_mechani
         [{**row, "offload": False} for row in plain["rows"]]
     best = offloaded["best"]
     assert best["offload"] is True and best["optimizer_state"] == 0
-    assert list(best["keys"])[-3:] == ["offload_optim", "sharding", "sharding_parallel_size"]
+    assert list(best["keys"])[-3:] == ["sharding", "sharding_parallel_size", "offload_optim"]

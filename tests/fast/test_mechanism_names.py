@@ -23,7 +23,7 @@ BATCH = {"micro_batch", "accumulation"}
 
 # The most lines each folder (or top-level module) may still have; lower it when you move names out.
 CEILING = {  # 286 in all on 2026-12-02 (0175a88)
-    "estimating": 66,
+    "estimating": 64,
     "doctor": 2,
     "dialects/paddleformers": 10,
     "dialects/kits": 5,

@@ -98,8 +98,6 @@ def file_keys(best: Row, fine_tuning: str, counts: Counts, arch: Architecture) -
                             **BY_NAME["accumulation"].to_formers({}, tuned)}
     for mechanism in MECHANISMS:
         keys.update(mechanism.to_formers({}, tuned))
-    if best.sharding_stage:
-        keys.update(sharding=f"stage{best.sharding_stage}", sharding_parallel_size=best.devices)
     return keys
 
 

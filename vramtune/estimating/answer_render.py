@@ -15,6 +15,7 @@ from vramtune.render import (
     preferences,
     say,
 )
+from vramtune.roundtrip import value_text
 from vramtune.units import format_bytes
 
 
@@ -56,6 +57,7 @@ def render_answer(answer: Answer) -> None:
         if best := answer.best(fine_tuning):
             say(fills(best))
             keys = file_keys(best, fine_tuning, answer.counts[fine_tuning], answer.arch)
-            say("  in the PaddleFormers config: " + ", ".join(f"{key}: {value}" for key, value in keys.items()))
+            said = ", ".join(f"{key}: {value_text(value)}" for key, value in keys.items())
+            say(f"  in the PaddleFormers config: {said}")
     say(f"(the best by preference: {preferences()}. Speed is not estimated)")
     say(f"answered in {answer.seconds:.2f}s")

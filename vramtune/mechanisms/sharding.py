@@ -115,6 +115,14 @@ class Sharding(Mechanism):
                         if "sharding_parallel_config" in data else {})}
         return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
 
+    def to_formers(self, config, tuned) -> dict:
+        """The stage chosen over the ranks; PaddleFormers' default (stage1 over every rank) turned off where the
+        choice is no sharding on several ranks. One rank writes nothing: sharding then holds nothing."""
+        stage, ranks = tuned.strategy.sharding_stage, tuned.strategy.devices
+        if stage:
+            return {"sharding": f"stage{stage}", "sharding_parallel_size": ranks}
+        return {"sharding": ""} if ranks > 1 and config.get("sharding", "stage1") else {}
+
     def formers_on_cpu(self, arguments) -> dict:
         return {"sharding": ""} if arguments.get("sharding", "stage1") else {}
 
