@@ -4,8 +4,11 @@ each folder to its ceiling, so the count only goes down.
 
 What counts as naming: a Python name or a string literal (docstrings and comments aside) that contains, as a word,
 a registered mechanism's name, one of its strategy fields, or a precision value (`fp16`, `bf16`, `amp`, `o1`,
-`o2`). `micro_batch` and `accumulation` are the batch itself, which every part of the tuner talks about: they are
-counted apart and not held. Paddle auto_tuner's memory tool (`estimating/autotuner_tool.py`) is Paddle's, as it is.
+`o2`). Not held: the batch's three factors (`micro_batch`, `accumulation`, `devices`: target = m x k x ranks), which
+every part of the tuner talks about; Paddle auto_tuner's stdlib-only memory tool (`estimating/autotuner_tool.py` and
+its Llama model `estimating/llama.py`, which cannot import the registry); and the tools' own key lists
+(`spec/paddlenlp_keys.py`, `dialects/paddleformers/accepted.py`: data that mirrors their parsers, tested equal to
+them). The strict total (only `micro_batch` and `accumulation` aside, nothing exempt but the tool) is printed too.
 Run this file with `-s` to see the lines."""
 from __future__ import annotations
 
@@ -18,30 +21,26 @@ from pathlib import Path
 from vramtune.mechanisms import MECHANISMS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vramtune"
-EXEMPT = {"mechanisms", "estimating/autotuner_tool.py"}
-BATCH = {"micro_batch", "accumulation"}
+TOOL = {"mechanisms", "estimating/autotuner_tool.py"}
+EXEMPT = TOOL | {"estimating/llama.py", "spec/paddlenlp_keys.py", "dialects/paddleformers/accepted.py"}
+BATCH = {"micro_batch", "accumulation", "devices"}
 
 # The most lines each folder (or top-level module) may still have; lower it when you move names out.
-CEILING = {  # 286 in all on 2026-12-02 (0175a88)
-    "estimating": 64,
-    "doctor": 2,
-    "dialects/paddleformers": 10,
+CEILING = {  # 286 in all on 2026-12-02 (0175a88), strict; 124 strict and 41 by these rules at 9adb87e
+    "estimating": 24,
     "dialects/kits": 5,
-    "spec": 18,
-    "render.py": 2,
-    "commands": 9,
-    "child": 0,
-    "checking.py": 8,
-    "session.py": 3,
-    "strategy.py": 1,
+    "dialects/paddleformers": 5,
+    "spec": 3,
+    "commands": 2,
+    "doctor": 2,
 }
 GOAL = 20  # issue 28's goal for all of them together
 
 
-def words() -> set[str]:
+def words(batch: set[str]) -> set[str]:
     names = {mechanism.name for mechanism in MECHANISMS}
     fields = {field.name for mechanism in MECHANISMS for field in mechanism.fields}
-    return (names | fields | {"fp16", "bf16", "amp", "o1", "o2"}) - BATCH
+    return (names | fields | {"fp16", "bf16", "amp", "o1", "o2"}) - batch
 
 
 def is_docstring(token: tokenize.TokenInfo) -> bool:
@@ -67,13 +66,13 @@ def place(relative: Path) -> str:
     return parts[0]
 
 
-def count() -> tuple[Counter[str], dict[str, list[str]]]:
-    pattern = re.compile(r"\b(" + "|".join(sorted(words(), key=len, reverse=True)) + r")\b")
+def count(exempt: set[str] = EXEMPT, batch: set[str] = BATCH) -> tuple[Counter[str], dict[str, list[str]]]:
+    pattern = re.compile(r"\b(" + "|".join(sorted(words(batch), key=len, reverse=True)) + r")\b")
     per_place: Counter[str] = Counter()
     lines: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE)
-        if relative.parts[0] in EXEMPT or relative.as_posix() in EXEMPT:
+        if relative.parts[0] in exempt or relative.as_posix() in exempt:
             continue
         found = naming_lines(path, pattern)
         if found:
@@ -87,7 +86,8 @@ def test_no_folder_names_more_mechanisms_than_its_ceiling():
     per_place, lines = count()
     for where in sorted(lines):
         print(f"\n{where}: {per_place[where]}\n  " + "\n  ".join(lines[where]))
-    print(f"\ntotal {sum(per_place.values())} (goal {GOAL})")
+    strict, _ = count(TOOL, {"micro_batch", "accumulation"})
+    print(f"\ntotal {sum(per_place.values())} (goal {GOAL}); strict {sum(strict.values())}")
     over = {where: (number, CEILING.get(where, 0)) for where, number in per_place.items()
             if number > CEILING.get(where, 0)}
     assert over == {}, f"lines naming a mechanism outside mechanisms/ (found, ceiling): {over}"
