@@ -241,6 +241,12 @@ class Mechanism:
         their defaults."""
         return None
 
+    def spec_estimate_choices(self, settings: Any, context: Any) -> tuple[int, list[dict[str, Any]]] | None:
+        """The field values it explores in a spec's estimate (`vramtune estimate SPEC`), from its settings and the
+        context (an `estimating.run.SpecContext`: the devices, the model's counts and the activation fit), and its
+        place in the rows' nesting as in `estimate_choices`; None: its fields keep their defaults."""
+        return None
+
     def estimate_notes(self, question: Any) -> dict[str, str]:
         """What the config.json estimate's notes say of it for the question, by note: "counted" (what its counted
         state counts) and "assumed" (what it takes as given), each added at the end of its note."""

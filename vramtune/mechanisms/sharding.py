@@ -91,6 +91,11 @@ class Sharding(Mechanism):
         """Every stage with several devices, none with one; inside the precisions."""
         return 1, [{"sharding_stage": stage} for stage in (STAGES if question.devices > 1 else (0,))]
 
+    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
+        """Every stage with several devices unless the spec turns sharding off, none otherwise; inside the
+        precisions."""
+        return 1, [{"sharding_stage": stage} for stage in (STAGES if context.devices > 1 and settings else (0,))]
+
     def from_arguments(self, arguments) -> dict:
         """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
         the run has (at least). Offload and sharding_parallel_config options are not measured: refused."""

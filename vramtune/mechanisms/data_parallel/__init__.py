@@ -71,6 +71,10 @@ class DataParallel(Mechanism):
         """The question's devices, in every row."""
         return 1, [{"devices": question.devices}]
 
+    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
+        """The estimate's devices, in every row."""
+        return 1, [{"devices": context.devices}]
+
     def to_arguments(self, tuned):
         devices = tuned.strategy.devices
         if devices == 1:

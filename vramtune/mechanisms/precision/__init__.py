@@ -196,6 +196,10 @@ class Precision(Mechanism):
         precisions = ["fp32", half, f"{half}{PURE}"] if half in AMP_DTYPES else ["fp32"]
         return 0, [{"precision": precision} for precision in precisions]
 
+    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, Any]]]:
+        """fp32, and the AMP modes the spec allows, least memory first; outermost."""
+        return 0, [{"precision": p} for p in ("fp32", *[p for p in AMP_PRECISIONS if p in settings.allowed])]
+
     def to_arguments(self, tuned):
         precision = tuned.strategy.precision
         dtype = dtype_of(precision)

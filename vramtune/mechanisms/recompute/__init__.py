@@ -121,6 +121,16 @@ class Recompute(Mechanism):
             levels = [0, arch.layers - 1 if fine_tuning == "LoRA" else arch.layers]
         return 2, [{"recomputed_blocks": blocks} for blocks in levels]
 
+    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
+        """None, a quarter, half, three quarters, every counted layer, where the spec allows recompute and the fit
+        says recomputing every layer saves memory; none otherwise. Inside the precisions and stages."""
+        from vramtune.estimating.model import recompute_levels
+
+        fit, layers = context.fit, context.counts.layers
+        saves = fit.s0 + fit.s1 * layers / fit.width_scale > 0
+        levels = recompute_levels(layers) if settings.enabled and saves else [0]
+        return 2, [{"recomputed_blocks": blocks} for blocks in levels]
+
     def measured_lines(self, facts) -> list[str]:
         total = facts.get("total_blocks")
         return [] if total is None else [f"repeated blocks found: {total}"]
