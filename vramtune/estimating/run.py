@@ -8,6 +8,7 @@ two reduced vocabularies, scale the activations back (linear to the byte on Llam
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import queue
 import statistics
@@ -17,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, recompute_levels, row
+from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, row
 from vramtune.forking import ForkServer
-from vramtune.mechanisms import micro_batch_floor
-from vramtune.mechanisms.precision import AMP_PRECISIONS, level_of
+from vramtune.mechanisms import MECHANISMS, micro_batch_floor
+from vramtune.mechanisms.precision import level_of
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Report
 from vramtune.runner import DeviceError
@@ -413,26 +414,31 @@ def _recomputed_at(prober: _Prober, key: tuple, per_entry: float, vocab: int, bo
         high = min(2 * high, vocab)
 
 
+@dataclass
+class SpecContext:
+    """What a mechanism's `spec_estimate_choices` is told besides its settings."""
+
+    devices: int
+    counts: Counts
+    fit: ActivationFit
+
+
 def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
           devices: int, buffer_ratio: float) -> list[Row]:
-    """Every strategy the ladder would consider on a GPU: each precision x micro-batch x recompute (part of the
-    layers too) x stage."""
-    precisions = ["fp32", *[p for p in AMP_PRECISIONS if p in spec.settings["precision"].allowed]]
-    stages = [0, 1, 2, 3] if devices > 1 and spec.settings["sharding"] else [0]
-    saves = fit.s0 + fit.s1 * counts.layers / fit.width_scale > 0  # recomputing every layer saves memory
-    levels = recompute_levels(counts.layers) if spec.settings["recompute"].enabled and saves else [0]
+    """Every strategy the ladder would consider on a GPU: the values each mechanism explores for the spec (its
+    `spec_estimate_choices`), nested in their places, and the spec's micro-batches innermost."""
+    context = SpecContext(devices, counts, fit)
+    asked = (mechanism.spec_estimate_choices(spec.settings.get(mechanism.name), context) for mechanism in MECHANISMS)
+    explored = [choices for _, choices in sorted((found for found in asked if found), key=lambda found: found[0])]
     per_rank = spec.train.target_batch // devices
+    batches = [{"micro_batch": micro, "accumulation": per_rank // micro} for micro in spec.micro_batches()]
     given = Given(spec.train.optimizer, spec.settings["precision"].master_grad, buffer_ratio)
     rows = []
-    for precision in precisions:
-        for stage in stages:
-            for recomputed in levels:
-                for micro in spec.micro_batches():
-                    strategy = Strategy(precision=precision, micro_batch=micro, accumulation=per_rank // micro,
-                                        recomputed_blocks=recomputed, sharding_stage=stage, devices=devices)
-                    estimate_row = row(counts, fit, factors, strategy, given, gpu=True)
-                    estimate_row.fits = budget.fits(estimate_row.reserved)
-                    rows.append(estimate_row)
+    for combination in itertools.product(*explored, batches):
+        strategy = Strategy(**{key: value for choice in combination for key, value in choice.items()})
+        estimate_row = row(counts, fit, factors, strategy, given, gpu=True)
+        estimate_row.fits = budget.fits(estimate_row.reserved)
+        rows.append(estimate_row)
     return rows
 
 
