@@ -252,6 +252,11 @@ class Mechanism:
         state counts) and "assumed" (what it takes as given), each added at the end of its note."""
         return {}
 
+    def spec_estimate_notes(self, settings: Any, context: Any) -> dict[str, str]:
+        """What a spec's estimate says of it, by its settings and the context (as `spec_estimate_choices`'s): "measured"
+        (added to what the CPU probes measured) and "alone" (a note of its own, after the others)."""
+        return {}
+
     def formers_facts(self, model_type: str) -> Facts:
         """Its facts about a PaddleFormers model known by its model_type alone (no probe ran), for its `to_formers`
         in the estimate's predicted best (recompute: whether the model's code recomputes the first N layers)."""

@@ -75,6 +75,12 @@ class DataParallel(Mechanism):
         """The estimate's devices, in every row."""
         return 1, [{"devices": context.devices}]
 
+    def spec_estimate_notes(self, settings, context) -> dict[str, str]:
+        """The ratio measured at 2 ranks, where several ranks are estimated."""
+        return {"measured": f"data parallel's fused gradient buffers (x{context.buffer_ratio:.2f} of the gradients at "
+                            "2 ranks, kept at any number of ranks; sharding goes without them)"} \
+            if context.buffer_ratio else {}
+
     def to_arguments(self, tuned):
         devices = tuned.strategy.devices
         if devices == 1:

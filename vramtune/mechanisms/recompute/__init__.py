@@ -131,6 +131,10 @@ class Recompute(Mechanism):
         levels = recompute_levels(layers) if settings.enabled and saves else [0]
         return 2, [{"recomputed_blocks": blocks} for blocks in levels]
 
+    def spec_estimate_notes(self, settings, context) -> dict[str, str]:
+        return {"alone": "recompute not estimated: the model has no repeated blocks vramtune recomputes"} \
+            if settings.enabled and not context.blocks_probed else {}
+
     def measured_lines(self, facts) -> list[str]:
         total = facts.get("total_blocks")
         return [] if total is None else [f"repeated blocks found: {total}"]
