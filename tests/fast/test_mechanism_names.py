@@ -27,7 +27,7 @@ BATCH = {"micro_batch", "accumulation", "devices"}
 
 # The most lines each folder (or top-level module) may still have; lower it when you move names out.
 CEILING = {  # 286 in all on 2026-12-02 (0175a88), strict; 124 strict and 41 by these rules at 9adb87e
-    "estimating": 18,
+    "estimating": 15,
     "dialects/kits": 5,
     "dialects/paddleformers": 5,
     "spec": 3,

@@ -269,8 +269,9 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     factors = factors or (calibrated(calibration, counts, fit) if calibration
                           else doctor_factors(card_bytes, cpu.paddle_version) or Factors())
     budget = Budget(budget_bytes or card_bytes, spec.headroom)
-    rows = _rows(spec, counts, fit, factors, budget, devices, ratio)
-    notes = _notes(spec, factors, scale, recomputed, ratio)
+    context = SpecContext(devices, counts, fit, ratio, bool(recomputed))
+    rows = _rows(spec, factors, budget, context)
+    notes = _notes(spec, factors, scale, context)
     least, why = micro_batch_floor(spec.settings, next(iter(prober.results.values())).facts)
     least = min(least, spec.micro_batches()[0])  # a target below the floor is its own micro-batch
     if least > 1:
@@ -421,31 +422,31 @@ class SpecContext:
     devices: int
     counts: Counts
     fit: ActivationFit
+    buffer_ratio: float  # data parallel's buffers over the gradients, measured at 2 ranks (0: one rank)
+    blocks_probed: bool  # probes with every repeated block recomputed measured (the model has such blocks)
 
 
-def _rows(spec: Spec, counts: Counts, fit: ActivationFit, factors: Factors, budget: Budget,
-          devices: int, buffer_ratio: float) -> list[Row]:
+def _rows(spec: Spec, factors: Factors, budget: Budget, context: SpecContext) -> list[Row]:
     """Every strategy the ladder would consider on a GPU: the values each mechanism explores for the spec (its
     `spec_estimate_choices`), nested in their places, and the spec's micro-batches innermost."""
-    context = SpecContext(devices, counts, fit)
     asked = (mechanism.spec_estimate_choices(spec.settings.get(mechanism.name), context) for mechanism in MECHANISMS)
     explored = [choices for _, choices in sorted((found for found in asked if found), key=lambda found: found[0])]
-    per_rank = spec.train.target_batch // devices
+    per_rank = spec.train.target_batch // context.devices
     batches = [{"micro_batch": micro, "accumulation": per_rank // micro} for micro in spec.micro_batches()]
-    given = Given(spec.train.optimizer, spec.settings["precision"].master_grad, buffer_ratio)
+    given = Given(spec.train.optimizer, spec.settings["precision"].master_grad, context.buffer_ratio)
     rows = []
     for combination in itertools.product(*explored, batches):
         strategy = Strategy(**{key: value for choice in combination for key, value in choice.items()})
-        estimate_row = row(counts, fit, factors, strategy, given, gpu=True)
+        estimate_row = row(context.counts, context.fit, factors, strategy, given, gpu=True)
         estimate_row.fits = budget.fits(estimate_row.reserved)
         rows.append(estimate_row)
     return rows
 
 
-def _notes(spec: Spec, factors: Factors, scale: float, recomputed: list, buffer_ratio: float) -> list[str]:
-    buffers = (f", data parallel's fused gradient buffers (x{buffer_ratio:.2f} of the gradients at 2 ranks, kept at "
-               "any number of ranks; sharding goes without them)") if buffer_ratio else ""
-    notes = [f"measured on CPU: the counted state (exact), fp32 activations (probes){buffers}; assumed "
+def _notes(spec: Spec, factors: Factors, scale: float, context: SpecContext) -> list[str]:
+    own = [mechanism.spec_estimate_notes(spec.settings.get(mechanism.name), context) for mechanism in MECHANISMS]
+    measured = "".join(f", {said['measured']}" for said in own if "measured" in said)
+    notes = [f"measured on CPU: the counted state (exact), fp32 activations (probes){measured}; assumed "
              f"({factors.source}): AMP O1 activations x{factors.o1_activations:g} of fp32's, O2 "
              f"x{factors.o2_activations:g}, the GPU allocator's reserve +{factors.fragmentation:.0%}"]
     if scale < 1:
@@ -454,9 +455,7 @@ def _notes(spec: Spec, factors: Factors, scale: float, recomputed: list, buffer_
     if spec.source == "paddlenlp" and spec.model.config_fields.get("use_flash_attention"):
         notes.append("use_flash_attention: the CPU measures plain attention ([seq, seq] scores kept): over-stated "
                      "where flash attention runs")
-    if spec.settings["recompute"].enabled and not recomputed:
-        notes.append("recompute not estimated: the model has no repeated blocks vramtune recomputes")
-    return notes
+    return notes + [said["alone"] for said in own if "alone" in said]
 
 
 def gpu_probes(report: Report) -> list[ProbeResult]:
