@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CONFIGS
+from conftest import CONFIGS, mlp_spec
 from fakes import FakeDevice, MiB
 
 from vramtune.estimating.model import Counts, Given, state
@@ -137,3 +137,27 @@ def test_seq_len_and_batch_are_refused_for_a_spec(fake_cli):
             2, "", f"error: {SPEC}: {flag}: applies to a model folder, a config.json or a PaddleFormers config: a "
                    "spec's sequence length and target batch are its own (edit them in the file)\n")
     assert backend.jobs == []
+
+
+def test_the_rows_explore_what_the_specs_settings_allow(fake_cli, write_spec):
+    """Each mechanism's spec_estimate_choices reads its settings: the AMP modes allowed, sharding off, recompute off."""
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=MiB / 100, saved=MiB / 1000, blocks=6))
+    path = write_spec(mlp_spec(**{"search.precisions": ["bf16-o2"], "search.sharding": "off",
+                                  "search.recompute": "off"}))
+    code, out, err = cli("estimate", path, "--card", "1GiB", "--devices", "4", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert sorted({(r["precision"], r["sharding_stage"], r["recomputed_blocks"], r["devices"]) for r in rows}) == [
+        ("bf16-o2", 0, 0, 4), ("fp32", 0, 0, 4)]
+    assert [(r["precision"], r["micro_batch"], r["accumulation"]) for r in rows[:3]] == [  # 512 a rank, innermost
+        ("fp32", 512, 1), ("fp32", 256, 2), ("fp32", 128, 4)]
+    assert "recompute not estimated" not in err  # off, not unfound
+
+
+def test_a_model_without_repeated_blocks_says_recompute_was_not_estimated(fake_cli):
+    cli, backend = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=MiB / 100, blocks=0))
+    code, out, err = cli("estimate", SPEC, "--card", "1GiB", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert len(backend.jobs) == 2 and {r["recomputed_blocks"] for r in report["rows"]} == {0}
+    assert report["notes"][-1] == "recompute not estimated: the model has no repeated blocks vramtune recomputes"
