@@ -14,6 +14,8 @@ from typing import Any
 
 from vramtune.dialects.kits.config import get_key
 
+BUFFERED_BEFORE_3 = 2  # Paddle 2.6's buffered reader holds 2 batches; 3.x made it DataLoader's reader_buffer_size
+
 
 def read_ahead(workers: int, shared_memory: bool, on_cpu: bool) -> int:
     """The batches the loader holds ahead of the one it trains on, in the device's allocator (Paddle's defaults)."""
@@ -23,7 +25,8 @@ def read_ahead(workers: int, shared_memory: bool, on_cpu: bool) -> int:
 
     defaults = inspect.signature(paddle.io.DataLoader).parameters
     prefetch = defaults["prefetch_factor"].default
-    buffered = defaults["reader_buffer_size"].default if defaults["use_buffer_reader"].default else 0
+    size = defaults["reader_buffer_size"].default if "reader_buffer_size" in defaults else BUFFERED_BEFORE_3
+    buffered = size if defaults["use_buffer_reader"].default else 0
     if not on_cpu:
         return buffered
     if workers <= 0:
