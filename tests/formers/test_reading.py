@@ -203,7 +203,8 @@ def test_apply_says_which_overrides_the_tuned_file_takes_and_the_command_with_th
     assert code == 0, err
     assert "warning: per_device_train_batch_size=8: tuned in the file now; passing them again would override the " \
            "tuned value\n" in err
-    assert "warning: train the tuned file with: paddleformers-cli train TUNED_FILE 'logging_dir=my logs' max_steps=2\n" \
+    tuned = path.with_name(f"{path.stem}.tuned{path.suffix}").resolve()
+    assert f"warning: train the tuned file with: paddleformers-cli train {tuned} 'logging_dir=my logs' max_steps=2\n" \
         in err
     assert "per_device_train_batch_size: 4\ngradient_accumulation_steps: 2\n" in path.with_name("sft.tuned.yaml") \
         .read_text()

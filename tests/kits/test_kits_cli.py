@@ -29,7 +29,7 @@ def test_apply_moves_the_anchored_first_bs_and_says_what_the_kit_cannot_do(fake_
     assert "Train.loader.batch_size_per_card changed too: they alias an anchored key that was tuned" in said
     assert "the effective batch falls from 8 to 4 per card" in said and "x0.5 here" in said
     assert "-o Train.sampler.first_bs=8: tuned in the file now" in said
-    assert f"cd {OCR.resolve()} && python tools/train.py -c TUNED_FILE" in said  # the checkout as found: resolved
+    assert f"cd {OCR.resolve()} && python tools/train.py -c {out.resolve()}" in said  # the checkout as found: resolved
 
 
 @pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
@@ -40,7 +40,7 @@ def test_paddleclas_keeps_its_effective_batch_with_update_freq(fake_cli, tmp_pat
                           "-O", "DataLoader.Train.sampler.batch_size=8", "-O", "Global.epochs=1")
     assert code == 0, stderr
     assert diff(CLAS / VIT, out) == ["+  update_freq: 2", "-      batch_size: 64", "+      batch_size: 4"]
-    assert "python tools/train.py -c TUNED_FILE -o Global.epochs=1" in " ".join(stderr.split())
+    assert f"python tools/train.py -c {out.resolve()} -o Global.epochs=1" in " ".join(stderr.split())
 
 
 @pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")

@@ -97,7 +97,7 @@ def test_apply_writes_only_the_batch_into_the_users_file(fake_cli, tmp_path):
     said = " ".join(stderr.split())
     assert "the batch per card falls from 8 to 4" in said and "x0.5 here" in said
     assert "_BASE_ paths (../datasets/coco_detection.yml, ../runtime.yml" in said
-    assert f"cd {config.parents[2].resolve()} && python tools/train.py -c TUNED_FILE -o epoch=1" in said
+    assert f"cd {config.parents[2].resolve()} && python tools/train.py -c {tuned.resolve()} -o epoch=1" in said
     assert ("note: in PaddleDetection's keys: m (the micro-batch) is TrainReader.batch_size; k only measures a "
             "smaller batch, which its trainer cannot accumulate" in said)
     base = read_config(config.parents[2], config, [])
@@ -143,7 +143,7 @@ def test_a_batch_in_the_users_reader_is_changed_in_place_and_a_tuned_override_no
                                    "+  batch_size: 3 # default 8 gpus, total bs = 64"]  # 6 is over 30 MiB
     said = " ".join(stderr.split())
     assert "-o TrainReader.batch_size=6: tuned in the file now; do not pass them to the kit again" in said
-    assert "python tools/train.py -c TUNED_FILE -o epoch=1" in said and "-o TrainReader.batch_size=6 " not in said
+    assert f"python tools/train.py -c {tuned.resolve()} -o epoch=1" in said and "-o TrainReader.batch_size=6 " not in said
 
 
 def coco_dataset(folder: Path, count: int, side: int, boxes: int) -> list[str]:

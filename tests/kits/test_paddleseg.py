@@ -107,13 +107,14 @@ def test_apply_writes_only_batch_size_beside_the_config(fake_cli, tmp_path):
     said = " ".join(stderr.split())
     assert "the batch per card falls from 4 to 2" in said and "x0.5 here" in said
     assert "_base_ paths (../_base_/cityscapes.yml) are relative to its folder" in said
-    assert (f"cd {checkout.resolve()} && python tools/train.py --config TUNED_FILE --opts iters=10" in said)
+    assert (f"cd {checkout.resolve()} && python tools/train.py --config {tuned.resolve()} --opts iters=10" in said)
 
     code, _, stderr = cli("apply", checkout / FCN, "--device", "cpu", "--budget", "30MiB", "-O", "batch_size=8")
     assert code == 0, stderr
     said = " ".join(stderr.split())
     assert "--opts batch_size=8: tuned in the file now; do not pass them to the kit again" in said
-    assert "python tools/train.py --config TUNED_FILE\n" in stderr  # the tuned override is not passed again
+    tuned = (checkout / FCN).with_name(Path(FCN).stem + ".tuned.yml").resolve()
+    assert f"python tools/train.py --config {tuned}\n" in stderr  # the tuned override is not passed again
     assert diff(checkout / FCN, (checkout / FCN).with_name(Path(FCN).stem + ".tuned.yml")) == ["+batch_size: 4"]
 
 

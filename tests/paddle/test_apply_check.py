@@ -11,6 +11,8 @@ import pytest
 import yaml
 from conftest import CONFIGS, ROOT, gpu_present, mlp_spec, needs_paddlenlp
 
+from vramtune.spec.files import MISSING_TUNED
+
 pytestmark = pytest.mark.paddle
 
 
@@ -142,7 +144,7 @@ def test_runtime_load_needs_a_tuned_section(tmp_path):
     from vramtune.spec import SpecError
     with pytest.raises(SpecError) as error:
         runtime.load(CONFIGS / "mlp-python-cpu.yaml")
-    assert str(error.value) == f"{CONFIGS / 'mlp-python-cpu.yaml'}: tuned: is missing: write it with `vramtune apply SPEC.yaml`"
+    assert str(error.value) == f"{CONFIGS / 'mlp-python-cpu.yaml'}: tuned: {MISSING_TUNED}"
 
 
 def test_apply_when_nothing_fits_exits_1_and_writes_nothing(cli):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import shlex
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -64,6 +65,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         note = exported.note(result.chosen, name, faithful)
         text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result))
         warnings = preferred + ([note] if note else []) + warnings
+        if out is not None:  # the training commands name the file written (TUNED_FILE when it goes to stdout)
+            warnings = [warning.replace("TUNED_FILE", shlex.quote(str(out.resolve()))) for warning in warnings]
         for warning in warnings:
             render.warn(warning)
         if out is None:

@@ -89,10 +89,15 @@ def _per_rank_batch(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     return {**overrides, "train.target_batch": raw["train"]["target_batch"] * devices}
 
 
+MISSING_TUNED = ("is missing: write it with `vramtune apply SPEC.yaml` (a vramtune spec); a PaddleFormers, PaddleNLP "
+                 "or kit file has no tuned: section: gate it with `vramtune measure FILE -m M -k K --budget B` "
+                 "(exit 1 when it no longer fits)")
+
+
 def require_tuned(spec: Spec) -> Tuned:
     """The `tuned:` section written by `vramtune apply`, or a SpecError saying how to get one."""
     if not spec.tuned:
-        raise SpecError([Problem(spec.path, "tuned", "is missing: write it with `vramtune apply SPEC.yaml`")])
+        raise SpecError([Problem(spec.path, "tuned", MISSING_TUNED)])
     if "recompute_layers" in spec.tuned and "recomputed_blocks" not in spec.tuned:
         raise SpecError([Problem(spec.path, "tuned", "was written by vramtune 0.1 (recompute_layers); "
                                                      "rerun `vramtune apply` to rewrite it")])
