@@ -31,6 +31,9 @@ def parse_size(value: object) -> int:
     if not match:
         raise SizeError(f"expected a size like 512MiB or 15.5GiB, got {value!r}")
     number, unit = match.groups()
+    if not unit and float(number) < _UNITS["mib"]:  # `--budget 40` meant GiB, not 40 bytes
+        raise SizeError(f"{value!r} has no unit, so it is bytes, too few for any model: write {number}GiB or "
+                        f"{number}MiB ({number}B if bytes are meant)")
     factor = _UNITS.get(unit.lower() or "b")
     if factor is None:
         raise SizeError(f"unknown unit {unit!r} in {value!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")

@@ -5,7 +5,7 @@ from vramtune.units import SizeError, format_bytes, parse_size
 
 @pytest.mark.parametrize("text, expected", [
     (1048576, 1048576), ("512MiB", 512 * 2**20), ("15.5GiB", int(15.5 * 2**30)), ("2GB", 2 * 10**9),
-    ("100 KB", 100_000), ("64mib", 64 * 2**20), ("1024", 1024), ("1TiB", 2**40),
+    ("100 KB", 100_000), ("64mib", 64 * 2**20), ("1048576", 2**20), ("1024B", 1024), ("1TiB", 2**40),
 ])
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
@@ -16,6 +16,7 @@ def test_parse_size(text, expected):
     (-5, "must be a positive size, got -5"),
     ("12 parsecs", "unknown unit 'parsecs' in '12 parsecs' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"),
     ("lots", "expected a size like 512MiB or 15.5GiB, got 'lots'"),
+    ("40", "'40' has no unit, so it is bytes, too few for any model: write 40GiB or 40MiB (40B if bytes are meant)"),
     (1.5, "a size needs a unit (e.g. 1.5GiB) or whole bytes, got 1.5"),
     (True, "expected a size like 512MiB or 15.5GiB, got True"),
     ("0GiB", "must be a positive size, got '0GiB'"),

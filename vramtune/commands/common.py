@@ -86,9 +86,8 @@ def search_overrides(flags: dict[str, Any]) -> dict[str, Any]:
 
 def overrides(budget: str | None, device: str | None, target_batch: int | None = None,
               kit_options: list[str] | None = None) -> dict[str, Any]:
-    """Command-line overrides as dotted spec keys; a budget of digits only is bytes, as in the spec."""
-    return {"budget": int(budget) if budget is not None and budget.isdigit() else budget, "device": device,
-            "train.target_batch": target_batch, "kit.options": kit_options}
+    """Command-line overrides as dotted spec keys; a budget of digits only is bytes, refused under 1 MiB."""
+    return {"budget": budget, "device": device, "train.target_batch": target_batch, "kit.options": kit_options}
 
 
 def load(spec_path: Path, changes: dict[str, Any] | None = None) -> Spec:

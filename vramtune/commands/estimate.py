@@ -26,7 +26,7 @@ from vramtune.units import SizeError, parse_size
 
 def _size(flag: str, value: str, path: Path) -> int:
     try:
-        return parse_size(int(value) if value.isdigit() else value)
+        return parse_size(value)
     except SizeError as error:
         raise SpecError([Problem(str(path), flag, str(error))]) from None
 
