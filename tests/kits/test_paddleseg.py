@@ -207,5 +207,6 @@ def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
     code, _, stderr = cli("probe", CHECKOUT / OPTIC, "--device", "cpu", "--budget", "30MiB")
     assert code == 0, stderr
-    assert ("note: in PaddleSeg's keys: m (the micro-batch) is batch_size; k=1 and r=0: PaddleSeg neither accumulates "
-            "nor re-runs blocks in backward (never searched)" in " ".join(stderr.split()))
+    assert ("note: in PaddleSeg's keys: m (the micro-batch) is batch_size; k only measures a smaller batch, which "
+            "PaddleSeg cannot accumulate: apply writes the largest m that fits; r=0: no block re-run in backward "
+            "(PaddleSeg has no key for it; never searched)" in " ".join(stderr.split()))

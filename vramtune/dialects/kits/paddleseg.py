@@ -222,8 +222,9 @@ def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int
 
 class PaddleSegSource(KitSource):
     name = "paddleseg"
-    terms = (f"in PaddleSeg's keys: m (the micro-batch) is {BATCH}; k=1 and r=0: PaddleSeg neither accumulates nor "
-             "re-runs blocks in backward (never searched)")
+    terms = (f"in PaddleSeg's keys: m (the micro-batch) is {BATCH}; k only measures a smaller batch, which PaddleSeg "
+             "cannot accumulate: apply writes the largest m that fits; r=0: no block re-run in backward (PaddleSeg "
+             "has no key for it; never searched)")
 
     def build(self, settings, spec_dir, configure):
         import paddle
