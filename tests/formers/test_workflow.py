@@ -54,9 +54,10 @@ def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_
     monkeypatch.chdir(tmp_path)
     path = write_config(tmp_path, fine_tuning="full", lora_rank=None, per_device_train_batch_size=2,
                         gradient_accumulation_steps=2)
-    # full fine-tuning at m=4 needs about 7 MiB: 6MiB leaves m=2 x 2 or m=1 x 4, with or without recompute
+    # full fine-tuning at m=4 needs about 7 MiB without recompute: 6MiB leaves m=2 x 2, m=1 x 4 or m=4 recomputed,
+    # which CPU timing picks among (make test-noise once chose m=4): the tuned file's peak is what this test holds
     tuned, chosen, _ = tune(cli, path, "--budget", "6MiB")
-    assert chosen["micro_batch"] * chosen["accumulation"] == 4 and chosen["micro_batch"] < 4
+    assert chosen["micro_batch"] * chosen["accumulation"] == 4 and chosen["peak_bytes"] <= 6 * 2**20
     changes = changed_keys(path, tuned)
     assert set(changes) <= {"per_device_train_batch_size", "gradient_accumulation_steps", "recompute_granularity",
                             "recompute_method", "recompute_num_layers"}
