@@ -26,13 +26,11 @@ EXEMPT = TOOL | {"estimating/llama.py", "spec/paddlenlp_keys.py", "dialects/padd
 BATCH = {"micro_batch", "accumulation", "devices"}
 
 # The most lines each folder (or top-level module) may still have; lower it when you move names out.
-CEILING = {  # 286 in all on 2026-12-02 (0175a88), strict; 124 strict and 41 by these rules at 9adb87e
-    "estimating": 15,
+CEILING = {  # 286 in all on 2026-12-02 (0175a88), strict; 124 strict and 41 by these rules at 9adb87e; 32 at a9dffee
+    "estimating": 13,  # estimating/run.py's
     "dialects/kits": 5,
-    "dialects/paddleformers": 5,
-    "spec": 3,
+    "dialects/paddleformers": 1,  # building.py imports PaddleFormers' own LoRA layers: paddleformers.peft is its path
     "commands": 2,
-    "doctor": 2,
 }
 GOAL = 20  # issue 28's goal for all of them together
 

@@ -41,6 +41,6 @@ def test_every_key_vramtune_names_is_a_paddleformers_key():
                                    device_kind="gpu"))
     named = {*keys.REFUSED, *written, *(key for mechanism in MECHANISMS for key in mechanism.formers_keys),
              "compute_type", "stage", "max_seq_len", "packing", "padding_free", "_attn_implementation", "fine_tuning",
-             "lora_rank", "sharding", "sharding_parallel_size"}
+             "lora_rank", "sharding", "sharding_parallel_size", "sharding_offload_opt_buffersize_GB"}
     assert {"per_device_train_batch_size", "recompute_num_layers", "fp16_opt_level"} <= set(written)
     assert named <= ACCEPTED

@@ -55,6 +55,8 @@ def test_unknown_keys_are_named_as_paddleformers_parser_would_reject_them(cli, c
     ("pipeline_model_parallel_size", 4, "pipeline parallelism runs on GPUs only"),
     ("compute_type", "wint8", "'wint8' quantizes the weights with GPU kernels"),
     ("compute_type", "fp32", "must be one of bf16, fp16, float32, wint4, wint8, wint4/8, nf4; got 'fp32'"),
+    ("sharding_offload_opt_buffersize_GB", 2, "2 changes memory: offloading sharding's buffers is not measured: "
+                                              "remove it"),
     ("stage", "VL-SFT", "must be one of SFT, PT, DPO"),
     ("lora_path", "./adapter", "vramtune never loads weights"),
     ("to_static", True, "True changes memory: the Trainer's to_static conversion is not measured (vramtune measures "

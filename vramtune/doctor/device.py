@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
+from vramtune.mechanisms import MECHANISMS
 from vramtune.records import Device
 from vramtune.units import format_bytes
 
@@ -41,9 +42,9 @@ class DeviceFacts(Check):
         if found.kind == "cpu":
             return Verdict(PASS, f"{found.name}, {found.count} cores, {format_bytes(found.total_bytes)}; "
                                  f"Paddle {f['paddle']} ({'CUDA build' if f['cuda_build'] else 'CPU build'})")
-        amp = "; ".join(found.amp_unsupported.values()) or "fp16 and bf16 AMP supported"
+        said = "".join(f"; {words}" for mechanism in MECHANISMS if (words := mechanism.device_words(found)))
         figure = (f"{found.name} (compute capability {f['capability']}), {format_bytes(found.total_bytes)}, "
-                  f"{found.count} GPU(s); Paddle {f['paddle']}, CUDA {f['cuda']}, cuDNN {f['cudnn']}; {amp}")
+                  f"{found.count} GPU(s); Paddle {f['paddle']}, CUDA {f['cuda']}, cuDNN {f['cudnn']}{said}")
         if found.total_bytes <= 0:
             return Verdict(FAIL, figure, "Paddle reports no memory on the card: budget 'auto' means nothing here")
         return Verdict(PASS, figure)

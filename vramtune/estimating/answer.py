@@ -16,12 +16,13 @@ from vramtune.estimating.analytic import FLASH, activations
 from vramtune.estimating.architecture import Architecture, architecture, count
 from vramtune.estimating.model import Counts, Factors, Given, Row, row
 from vramtune.estimating.run import calibrated
-from vramtune.mechanisms import BY_NAME, MECHANISMS
+from vramtune.mechanisms import BY_NAME, MECHANISMS, formers_defaults
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Tuned
 from vramtune.strategy import Strategy
 
 FINE_TUNINGS = ("LoRA", "full")
+FORMERS_DEFAULTS = formers_defaults()  # what PaddleFormers takes for the keys the mechanisms read
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
 
 
@@ -35,8 +36,8 @@ class Question:
     batch: int = 8  # per_device_train_batch_size x gradient_accumulation_steps
     fine_tuning: str | None = None  # LoRA or full; None: both are answered, neither asked
     lora_rank: int = 8
-    compute_type: str = "bf16"
-    master_grad: bool = True  # amp_master_grad
+    compute_type: str = FORMERS_DEFAULTS["compute_type"]
+    master_grad: bool = FORMERS_DEFAULTS["amp_master_grad"]
     attention: str = "flashmask"  # _attn_implementation
     devices: int = 1
     optimizer: str = "adamw"

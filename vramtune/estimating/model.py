@@ -177,7 +177,8 @@ def own_parts(counts: Counts, strategy: Strategy) -> int:
 
 def row(counts: Counts, fit: ActivationFit, factors: Factors, strategy: Strategy, given: Given, gpu: bool) -> Row:
     parts = state(counts, strategy, given)
-    activations = fit.activations(counts.layers, strategy.micro_batch, strategy.recomputed_blocks)
+    rerun = sum(mechanism.rerun_layers(strategy) for mechanism in MECHANISMS)
+    activations = fit.activations(counts.layers, strategy.micro_batch, rerun)
     activations *= factors.activations(strategy)
     allocated = sum(parts.values()) + activations
     allocator = allocated * factors.fragmentation if gpu else 0.0

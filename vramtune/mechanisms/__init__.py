@@ -61,6 +61,16 @@ def micro_batch_floor(settings: dict[str, Any], facts: dict[str, Facts]) -> tupl
     return max(floors, default=(1, None))
 
 
+def fixed_fields(settings: dict[str, Any]) -> dict[str, Any]:
+    """The strategy fields the spec's settings (by mechanism name) fix for the whole run (the devices)."""
+    return {key: value for m in MECHANISMS for key, value in m.fixed(settings.get(m.name)).items()}
+
+
+def formers_defaults() -> dict[str, Any]:
+    """The PaddleFormers keys the mechanisms read -> what PaddleFormers takes when a config leaves them out."""
+    return {key: value for mechanism in MECHANISMS for key, value in mechanism.formers_defaults.items()}
+
+
 def batch_only() -> dict[str, Any]:
     """The spec's search keys that leave the search the batch alone (the micro-batch, and accumulation where the
     spec allows it): for a tool whose config carries no other memory key (PaddleSeg: AMP is a flag there)."""
@@ -68,4 +78,4 @@ def batch_only() -> dict[str, Any]:
 
 
 __all__ = ["BY_NAME", "MECHANISMS", "Facts", "Field", "Mechanism", "Option", "batch_only", "field_named",
-           "micro_batch_floor", "register", "strategy_fields", "unregister"]
+           "fixed_fields", "formers_defaults", "micro_batch_floor", "register", "strategy_fields", "unregister"]

@@ -78,6 +78,8 @@ class Mechanism:
     #                                   without them (TrainingArguments alone) leaves: writing nothing says the same
     formers_keys: ClassVar[tuple[str, ...]] = ()  # a PaddleFormers config's keys the search decides for it: a
     #                                             probe leaves the file's values out (its strategy sets them)
+    formers_defaults: ClassVar[dict[str, Any]] = {}  # the PaddleFormers keys its from_formers reads -> what
+    #                                                    PaddleFormers takes when a config leaves them out
     most_cost: float | None = None  # the most throughput it can cost, as a fraction, used in full (a bound, not a
     #                                 measurement: it rules a comparison out before the cost is measured)
     state_parts: ClassVar[dict[str, str]] = {}  # the parts its `counted_state` adds to a rank's state -> their words
@@ -125,6 +127,10 @@ class Mechanism:
     def expressible_neighbour(self, tuned: Tuned) -> Strategy | None:
         """A configuration next to an inexpressible one that PaddleNLP can train, for `apply` to measure when no
         saved probe can stand in for it; None when there is none."""
+        return None
+
+    def outdated(self, tuned: dict[str, Any]) -> str | None:
+        """Why a `tuned:` section an older vramtune wrote is not read (a field of its renamed since), or None."""
         return None
 
     def child_settings(self, settings: Any, budget: Budget) -> Any:
@@ -219,6 +225,11 @@ class Mechanism:
         probes); the CPU measures fp32 activations."""
         return 1.0
 
+    def rerun_layers(self, strategy: Strategy) -> int:
+        """The model's layers whose activations backward rebuilds rather than keeps (recompute's blocks): the
+        estimate's activation model holds only their inputs."""
+        return 0
+
     def preference(self, strategy: Strategy) -> list[tuple[int, Any]]:
         """Its criteria in the estimate's predicted best (speed is not estimated): (rank, key) pairs, the lower rank
         deciding first, the lower key preferred."""
@@ -268,6 +279,11 @@ class Mechanism:
         recompute's saving, the ranks), in registry order after the device's own; each a `doctor.base.Check` in its
         own folder, imported here and importing Paddle only in its `measure`."""
         return ()
+
+    def device_words(self, device: Device) -> str | None:
+        """What the doctor's device line says of it on a GPU (AMP: the precisions the card cannot run, or that it
+        runs them all); None: nothing."""
+        return None
 
     # -- `vramtune check` (Paddle-free) -------------------------------------------------------------------
     def smoke(self, strategy: Strategy) -> dict[str, Any]:

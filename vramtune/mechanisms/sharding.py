@@ -112,8 +112,13 @@ class Sharding(Mechanism):
         return {"devices": ranks} if ranks > 1 else {}
 
     def from_formers(self, config) -> dict:
-        """sharding (stage1 by default) and its degree, sharding_parallel_size, as PaddleNLP's keys say them."""
-        data = config.data
+        """sharding (stage1 by default) and its degree, sharding_parallel_size, as PaddleNLP's keys say them;
+        offloading its buffers to the host refused (not measured)."""
+        data, offload = config.data, "sharding_offload_opt_buffersize_GB"
+        config.seen.add(offload)
+        if isinstance(data.get(offload), (int, float)) and data[offload] > 0:
+            config.fail(offload, f"{data[offload]!r} changes memory: offloading sharding's buffers is not measured: "
+                                 "remove it")
         arguments = {"sharding": data.get("sharding", "stage1"),
                      "sharding_parallel_degree": data.get("sharding_parallel_size", -1),
                      **({"sharding_parallel_config": data["sharding_parallel_config"]}

@@ -8,6 +8,7 @@ import yaml
 
 from vramtune.dialects.kits import kit_of, kit_spec, tags
 from vramtune.dialects.paddleformers.reading import formers_spec
+from vramtune.mechanisms import MECHANISMS
 from vramtune.reading import Problem, SpecError, read_spec_text
 from vramtune.report import Tuned
 from vramtune.spec.arguments import read_arguments, spec_from_arguments
@@ -98,9 +99,9 @@ def require_tuned(spec: Spec) -> Tuned:
     """The `tuned:` section written by `vramtune apply`, or a SpecError saying how to get one."""
     if not spec.tuned:
         raise SpecError([Problem(spec.path, "tuned", MISSING_TUNED)])
-    if "recompute_layers" in spec.tuned and "recomputed_blocks" not in spec.tuned:
-        raise SpecError([Problem(spec.path, "tuned", "was written by vramtune 0.1 (recompute_layers); "
-                                                     "rerun `vramtune apply` to rewrite it")])
+    outdated = [why for mechanism in MECHANISMS if (why := mechanism.outdated(spec.tuned))]
+    if outdated:
+        raise SpecError([Problem(spec.path, "tuned", why) for why in outdated])
     try:
         return Tuned.from_json(spec.tuned)
     except (KeyError, TypeError, ValueError) as error:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vramtune.mechanisms import MECHANISMS
+from vramtune.mechanisms import MECHANISMS, fixed_fields
 from vramtune.reading import Problem, Section, Sections, SpecError, describe, positive
 from vramtune.sources import SOURCES
 from vramtune.units import SizeError, parse_size
@@ -54,7 +54,7 @@ class Spec:
 
     @property
     def devices(self) -> int:
-        return self.settings["data_parallel"]
+        return fixed_fields(self.settings).get("devices", 1)
 
     def micro_batches(self) -> list[int]:
         """The micro-batch candidates that reach the target batch (over every rank), largest first."""
@@ -131,7 +131,7 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
     tuned = root.get("tuned", dict, None)
     root.finish()
 
-    accumulation, devices = mechanisms["accumulation"], mechanisms["data_parallel"]
+    accumulation, devices = mechanisms["accumulation"], fixed_fields(mechanisms).get("devices", 1)
     if train.target_batch and devices and train.target_batch % devices:
         problems.append(Problem(file, "train.target_batch", f"{train.target_batch} cannot be shared by {devices} "
                                                             "devices: it must be a multiple of them"))

@@ -41,15 +41,12 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "num_nextn_predict_layers": (_above_one, "multi-token prediction layers are not measured: set it to 0"),
     "pre_alloc_memory": (_on, "a pre-allocated block is not measured: set it to 0"),
     "tensorwise_offload_optimizer": (_on, "offloading the optimizer to the host is not measured: set it to false"),
-    "sharding_offload_opt_buffersize_GB": (lambda value: isinstance(value, (int, float)) and value > 0,
-                                           "offloading sharding's buffers is not measured: remove it"),
     "offload_fp8_expert_master_weight": (_on, "offloading is not measured: set it to false"),
     "use_fused_linear_cross_entropy": (_on, "the fused linear cross entropy kernel is not measured: set it to false"),
     "fuse_optimizer_states": (_on, "fused optimizer states are not measured: set it to false"),
 }
-# compute_type values that quantize weights (GPU kernels only)
+# compute_type values that quantize weights (GPU kernels only): refused by the precision mechanism, which reads the key
 QUANTIZED_TYPES = ("wint4", "wint8", "wint4/8", "nf4")
-COMPUTE_TYPES = ("bf16", "fp16", "float32", *QUANTIZED_TYPES)
 STAGES = ("SFT", "PT", "DPO")  # what a probe builds; the others (VL-*, pretraining recipes) are refused by name
 # kernels with no CPU implementation: a CPU probe runs the plain equivalent (the file keeps its setting)
 CPU_ATTENTION = "eager"

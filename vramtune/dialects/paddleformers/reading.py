@@ -162,10 +162,6 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
     section = Section(problems, file, "", config)
     folder = _model_folder(section)
     stage = section.get("stage", str, "SFT", choices=keys.STAGES)
-    compute_type = section.get("compute_type", str, "bf16", choices=keys.COMPUTE_TYPES)
-    if compute_type in keys.QUANTIZED_TYPES:
-        section.fail("compute_type", f"{compute_type!r} quantizes the weights with GPU kernels; a probe would measure "
-                                     f"unquantized weights: use bf16 to tune, {keys.ESTIMATE}")
     seq_len = section.get("max_seq_len", int, DEFAULT_MAX_SEQ_LEN, check=positive(1 << 20))
     micro = section.get("per_device_train_batch_size", int, DEFAULT_BATCH, check=positive(1 << 20))
     accumulation = section.get("gradient_accumulation_steps", int, 1, check=positive(1 << 16))

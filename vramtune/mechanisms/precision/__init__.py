@@ -32,7 +32,7 @@ TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # Paddle's names
 LOSS_SCALE = 2.0**15
-FORMERS_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bf16", "fp16": "fp16"}  # a PaddleFormers compute_type per dtype
+FORMERS_COMPUTE_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "float32"}  # a PaddleFormers compute_type per dtype
 CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
               "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
@@ -72,6 +72,7 @@ class Precision(Mechanism):
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
     shares_memory_group = True
+    formers_defaults: ClassVar[dict[str, Any]] = {"compute_type": "bf16", "amp_master_grad": True}
 
     def read(self, spec) -> PrecisionSettings:
         """search.precisions: the AMP modes allowed, least memory first whatever the spec's order; the Trainer's
@@ -107,11 +108,19 @@ class Precision(Mechanism):
         return keys
 
     def from_formers(self, config) -> dict[str, Any]:
-        """compute_type says the half type (bf16 by default; float32: none), with amp_master_grad on by default; the
-        rest as a PaddleNLP arguments file names them."""
-        compute_type, data = config.data.get("compute_type", "bf16"), config.data
+        """compute_type says the half type (bf16 by default; float32: none; the quantized types refused: GPU kernels),
+        with amp_master_grad on by default; the rest as a PaddleNLP arguments file names them."""
+        from vramtune.dialects.paddleformers.keys import ESTIMATE, QUANTIZED_TYPES
+
+        data, defaults = config.data, self.formers_defaults
+        checked = config.get("compute_type", str, defaults["compute_type"],
+                             choices=(*FORMERS_COMPUTE_TYPES.values(), *QUANTIZED_TYPES))
+        if checked in QUANTIZED_TYPES:
+            config.fail("compute_type", f"{checked!r} quantizes the weights with GPU kernels; a probe would measure "
+                                        f"unquantized weights: use {defaults['compute_type']} to tune, {ESTIMATE}")
+        compute_type = data.get("compute_type", defaults["compute_type"])
         arguments = {"bf16": compute_type == "bf16", "fp16": compute_type == "fp16",
-                     "amp_master_grad": data.get("amp_master_grad", True),
+                     "amp_master_grad": data.get("amp_master_grad", defaults["amp_master_grad"]),
                      **{key: data[key] for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list")
                         if key in data}}
         return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
@@ -125,7 +134,8 @@ class Precision(Mechanism):
                 **({"fp16_opt_level": level_of(precision)} if precision != "fp32" else {})}
 
     def formers_on_cpu(self, arguments) -> dict[str, Any]:
-        return {"compute_type": "float32"} if arguments.get("compute_type", "bf16") != "float32" else {}
+        cpu, default = FORMERS_COMPUTE_TYPES["fp32"], self.formers_defaults["compute_type"]
+        return {"compute_type": cpu} if arguments.get("compute_type", default) != cpu else {}
 
     def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,
@@ -274,6 +284,9 @@ class Precision(Mechanism):
         from vramtune.mechanisms.precision.doctor import CHECK
 
         return (CHECK,)
+
+    def device_words(self, device) -> str:
+        return "; ".join(device.amp_unsupported.values()) or "fp16 and bf16 AMP supported"
 
     # -- child side --------------------------------------------------------------------------------------
     def device_limits(self, kind: str, index: int) -> dict[str, str]:

@@ -62,6 +62,11 @@ class Recompute(Mechanism):
         arguments.get("no_recompute_layers", list, None)
         return {}
 
+    def outdated(self, tuned) -> str | None:
+        if "recompute_layers" in tuned and "recomputed_blocks" not in tuned:
+            return "was written by vramtune 0.1 (recompute_layers); rerun `vramtune apply` to rewrite it"
+        return None
+
     def to_formers(self, config, tuned) -> dict:
         """Every layer when the choice recomputes (the only combination PaddleFormers' own models honour, so the
         search explores nothing else there), or the first N layers by the block method where the model's code
@@ -94,6 +99,9 @@ class Recompute(Mechanism):
                           + (f" ({granularity})" if granularity != "full" else ""))
 
     preferred = (1, "the fewest layers recomputed")
+
+    def rerun_layers(self, strategy) -> int:
+        return strategy.recomputed_blocks
 
     def preference(self, strategy) -> list[tuple[int, int]]:
         return [(1, strategy.recomputed_blocks)]
