@@ -42,6 +42,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
         **flags: Any,
     ) -> None:
         """Write the tuned configuration (from saved results; probes first if there are none)."""
+        if output == "-" and json_output:
+            raise export.ExportError("-o - and --json both write to stdout: write the file with -o FILE (the JSON "
+                                     "report names it), or leave out --json to get the file alone on stdout")
         name = common.plain(format_name) or export.default_format(spec_path)
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
                                        [*(kit_options or []), *(trailing or [])])

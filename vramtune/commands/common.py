@@ -15,6 +15,7 @@ import click
 import typer
 
 from vramtune import __version__, render, session
+from vramtune.commands import packages
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.spec import Spec, SpecError, load_spec
 
@@ -90,9 +91,12 @@ def overrides(budget: str | None, device: str | None, target_batch: int | None =
     return {"budget": budget, "device": device, "train.target_batch": target_batch, "kit.options": kit_options}
 
 
-def load(spec_path: Path, changes: dict[str, Any] | None = None) -> Spec:
-    """The spec with command-line overrides; what the user should know about the file is said once."""
+def load(spec_path: Path, changes: dict[str, Any] | None = None, probing: bool = True) -> Spec:
+    """The spec with command-line overrides; what the user should know about the file is said once. `probing`: the
+    command builds its model, so the packages that build it must be importable (checked before any probe)."""
     spec = load_spec(spec_path, changes)
+    if probing:
+        packages.require(spec)
     for warning in spec.warnings:
         render.warn(warning)
     return spec

@@ -1,6 +1,7 @@
 """`vramtune probe SPEC`: tune, and print the fastest configuration that fits."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -32,8 +33,18 @@ def register(app: typer.Typer, backend: Backend) -> None:
         result = common.tune_and_show(spec_session, fresh, verbose)
         if json_output:
             render.emit_json(result.to_json())
-        elif not result.interrupted and not (sys.stdout.isatty() and render.console.is_terminal):
-            print(render.choice_line(result), flush=True)  # for pipes (`| tee`); a terminal has it from stderr
+        elif not result.interrupted and not one_place():
+            print(render.choice_line(result), flush=True)  # for pipes (`| tee`) and files
         if result.interrupted:
             raise typer.Exit(common.EXIT_INTERRUPTED)
         raise typer.Exit(common.EXIT_OK if result.chosen else common.EXIT_NO_FIT)
+
+
+def one_place() -> bool:
+    """Whether stdout and stderr reach the same place (a terminal, `2>&1`, make's or CI's log), where the report on
+    stderr has said the chosen line already."""
+    try:
+        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):  # not a file (an in-process runner's buffers)
+        return False
+    return (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)

@@ -1,0 +1,23 @@
+"""Where `vramtune probe` says its choice: the report on stderr ends with the chosen line, and stdout has it once more
+for a pipe or a file of its own, but not where both streams meet (a terminal, `2>&1`, make's or CI's log), which
+would show it twice. Real Paddle on CPU, the console script's own streams."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import SPECS
+
+pytestmark = pytest.mark.paddle
+
+PROBE = [sys.executable, "-m", "vramtune", "probe", str(SPECS / "rung-plain.yaml")]
+
+
+def test_the_chosen_line_once_where_stdout_and_stderr_meet_and_on_stdout_alone():
+    together = subprocess.run(PROBE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    chosen = [line for line in together.stdout.splitlines() if line.startswith("chosen: ")]
+    assert together.returncode == 0 and len(chosen) == 1, together.stdout
+    apart = subprocess.run(PROBE, capture_output=True, text=True, timeout=300)  # the saved probes reused
+    assert apart.returncode == 0 and apart.stdout == chosen[0] + "\n", apart.stderr
+    assert apart.stderr.splitlines().count(chosen[0]) == 1
