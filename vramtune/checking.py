@@ -1,16 +1,22 @@
 """`vramtune check`: the CI gate. Re-measure a tuned file's configuration; fail when it no longer fits or its
 peak grew. Without the tuned device (a CPU runner checking a GPU-tuned file) run a smoke probe instead, or
-fail under --strict."""
+fail under --strict. A tool's own file (PaddleFormers, PaddleNLP, a kit: no `tuned:` section) is measured at the
+strategy it states, against the budget given or recorded in it."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from vramtune import export
+from vramtune.export import yaml_spec
 from vramtune.mechanisms import MECHANISMS
 from vramtune.records import Budget, ProbeResult
+from vramtune.recorded_budget import recorded_budget
 from vramtune.report import Tuned
 from vramtune.runner import Backend, DeviceError
 from vramtune.session import Say, measure, open_session
-from vramtune.spec import Spec, apply_overrides, require_tuned, spec_from_dict
+from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
+from vramtune.stated import stated_strategy
 from vramtune.strategy import Strategy
 from vramtune.units import format_bytes
 
@@ -69,6 +75,32 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
     session = open_session(spec, backend, on_wait, device=info, budget_bytes=budget_bytes)
     result = measure(session, strategy, on_wait)
     verdict = judge(result, session.budget, tuned, tolerance)
+    verdict["notes"] = notes + verdict["notes"]
+    return verdict
+
+
+def is_tool_file(spec: Spec) -> bool:
+    """A PaddleFormers, PaddleNLP or kit file: written back by apply in the tool's own format, without tuned:."""
+    return not spec.tuned and export.default_format(Path(spec.path)) != yaml_spec.NAME
+
+
+def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = None,
+               devices: int | None = None) -> dict[str, Any]:
+    """A tool's own file: its stated strategy measured here against --budget (spec.budget) or the budget the file
+    records; pass when the peak fits."""
+    budget_bytes = spec.budget or recorded_budget(Path(spec.path).read_text(encoding="utf-8"))
+    if budget_bytes is None:
+        raise SpecError([Problem(spec.path, "--budget", "is required: the file records no budget (give the one "
+                                                        "it must fit, e.g. --budget 24GiB)")])
+    info = backend.describe(device or spec.device)
+    strategy = stated_strategy(spec, info.kind)
+    notes = [f"the file's strategy: {strategy.label()} ({'--budget' if spec.budget else 'the budget it records'} "
+             f"{format_bytes(budget_bytes)})"]
+    if devices is not None and devices != strategy.devices:
+        strategy, more = _on_ranks(strategy, devices)
+        notes += more
+    session = open_session(spec, backend, on_wait, device=info, budget_bytes=budget_bytes)
+    verdict = judge(measure(session, strategy, on_wait), session.budget, Tuned(strategy=strategy), 0.0)
     verdict["notes"] = notes + verdict["notes"]
     return verdict
 

@@ -1,4 +1,4 @@
-"""`vramtune check TUNED`: the CI gate (re-measure the tuned configuration)."""
+"""`vramtune check FILE`: the CI gate (re-measure the tuned configuration, or a tool's file at its own strategy)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,14 +9,18 @@ import typer
 from vramtune import checking, render
 from vramtune.commands import common
 from vramtune.runner import Backend
-from vramtune.spec import Problem, SpecError, load_spec
+from vramtune.spec import Problem, SpecError
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     @common.exits_cleanly
     def check(
-        tuned_path: Path = typer.Argument(..., help="a file written by `vramtune apply`", show_default=False),
+        tuned_path: Path = typer.Argument(..., help="a file written by `vramtune apply`: a spec with its tuned: "
+                                          "section, or a PaddleFormers, PaddleNLP or kit file", show_default=False),
+        budget: Optional[str] = typer.Option(None, "--budget", help="the budget it must fit, e.g. 24GiB (a "
+                                             "PaddleFormers, PaddleNLP or kit file's, unless it records one; "
+                                             "overrides a spec's)"),
         tolerance: float = typer.Option(0.05, "--tolerance", help="allowed peak growth since tuning (0.05 = 5%)"),
         device: Optional[str] = common.DeviceOpt,
         strict: bool = typer.Option(False, "--strict", help="exit 1 when the tuned device is not here, instead of "
@@ -26,11 +30,14 @@ def register(app: typer.Typer, backend: Backend) -> None:
         json_output: bool = common.JsonOpt,
     ) -> None:
         """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits, no longer trains or its peak
-        grew."""
+        grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget."""
         if tolerance < 0:
             raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
-        spec = load_spec(tuned_path)
-        verdict = checking.check(spec, tolerance, backend, render.say, device, strict, devices)
+        spec = common.load(tuned_path, {"budget": budget})
+        if checking.is_tool_file(spec):
+            verdict = checking.check_file(spec, backend, render.say, device, devices)
+        else:
+            verdict = checking.check(spec, tolerance, backend, render.say, device, strict, devices)
         render.render_check(verdict)
         if json_output:
             render.emit_json(verdict)

@@ -1,0 +1,97 @@
+"""`vramtune check` on a tool's own file (a PaddleFormers config here; no tuned: section): the strategy the file
+states, read as `apply` writes it, measured against --budget or the budget the file records (no Paddle: fake
+devices). tests/formers/test_check_formers_file.py runs the same gate for real on the demo config."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import CONFIGS, SPECS
+from fakes import FakeDevice, MiB
+
+from vramtune.recorded_budget import recorded_budget, with_budget_line
+
+DEMO = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text()
+MEASURED = ("  0.060s per optimizer step, 66.7 samples/s, loss 1.0\n"  # the fake device's m=2 k=2
+            "  repeated blocks found: 4\n")
+
+
+@pytest.fixture
+def formers_file(tmp_path, monkeypatch):
+    """formers_file(old=new, ...) -> the demo config, edited, in tmp_path (its data absent: no Paddle reads it)."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(*edits: tuple[str, str], name: str = "sft.yaml"):
+        text = DEMO.replace("./tests/specs/formers/llama", str(SPECS / "formers" / "llama"))
+        for old, new in (("per_device_train_batch_size: 4", "per_device_train_batch_size: 2"),
+                         ("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2"), *edits):
+            assert old in text
+            text = text.replace(old, new)
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+    return write
+
+
+def test_the_files_strategy_passes_within_the_budget(fake_cli, formers_file):
+    cli, backend = fake_cli(FakeDevice())
+    path = formers_file()
+    code, out, err = cli("check", path, "--budget", "64MiB")
+    assert (code, out) == (0, "")
+    assert err == ("note: the file's strategy: fp32 m=2 k=2 r=0 (--budget 64.0 MiB)\n"
+                   "fp32 m=2 k=2 r=0: fits\n"
+                   "  peak 24.0 MiB allocated (budget 64.0 MiB)\n" + MEASURED +
+                   "  on fake cpu, paddle 0.0-fake\n"
+                   "check: pass\n")
+    assert [(job.strategy["micro_batch"], job.strategy["accumulation"]) for job in backend.jobs] == [(2, 2)]
+
+
+def test_over_the_budget_fails_with_exit_1(fake_cli, formers_file):
+    cli, _ = fake_cli(FakeDevice())
+    code, out, err = cli("check", formers_file(), "--budget", "21MiB", "--json")
+    verdict = json.loads(out)
+    reason = ("peak 25165824 bytes (24.0 MiB) no longer fits the limit 20919091 bytes (19.9 MiB = budget 22020096 less "
+              "5% headroom)")
+    assert (code, verdict["status"], verdict["reasons"], verdict["limit_bytes"]) == (1, "fail", [reason], 20919091)
+    assert err.endswith(f"error: {reason}\ncheck: fail\n")
+
+
+def test_the_budget_the_file_records_needs_no_flag_and_the_flag_wins(fake_cli, formers_file, tmp_path):
+    cli, _ = fake_cli(FakeDevice())
+    path = formers_file()
+    path.write_text(with_budget_line(with_budget_line(path.read_text(), 21 * MiB), 64 * MiB))  # replaced, not added
+    assert path.read_text().count("# vramtune: tuned for a budget of") == 1
+    assert recorded_budget(path.read_text()) == 64 * MiB
+    code, _, err = cli("check", path)
+    assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 (the budget it records "
+                                        "64.0 MiB)\n")
+    code, _, err = cli("check", path, "--budget", "21MiB")
+    assert code == 1 and err.endswith("check: fail\n")
+
+
+def test_the_precision_a_gpu_file_states_is_measured(fake_cli, formers_file):
+    cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake A100", card_bytes=80 * 2**30))
+    path = formers_file(("device: cpu\n", ""), ("compute_type: float32", "compute_type: bf16\nfp16_opt_level: O2"))
+    code, _, err = cli("check", path, "--budget", "64MiB")
+    assert code == 0 and err.startswith("note: the file's strategy: bf16-o2 m=2 k=2 r=0 (--budget 64.0 MiB)\n")
+    assert backend.jobs[-1].strategy["precision"] == "bf16-o2"
+
+
+def test_bad_input_exits_2_and_measures_nothing(fake_cli, formers_file, tmp_path):
+    cli, backend = fake_cli(FakeDevice())
+    path = formers_file()
+    assert cli("check", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
+                                         "the one it must fit, e.g. --budget 24GiB)\n")
+    missing = tmp_path / "absent.yaml"
+    assert cli("check", missing, "--budget", "1GiB") == (2, "", f"error: {missing}: no such file\n")
+    assert cli("check", path, "--budget", "40") == (2, "", (
+        f"error: {path}: budget: '40' has no unit, so it is bytes, too few for any model: write 40GiB or 40MiB (40B "
+        "if bytes are meant) (or 'auto' on a GPU)\n"))
+    recomputed = formers_file(("sharding: \"\"", "sharding: \"\"\nrecompute_granularity: full\nrecompute_method: "
+                                                 "uniform\nrecompute_num_layers: 1"), name="recomputed.yaml")
+    assert cli("check", recomputed, "--budget", "1GiB") == (2, "", (
+        f"error: {recomputed}: check measures the strategy the file states, read as `vramtune apply` writes it, and "
+        "no strategy it reads writes this file unchanged: the nearest changes recompute_granularity: full; "
+        "recompute_method: uniform; recompute_num_layers: 1 (a count, such as the layers recomputed or a partitioning "
+        "stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K ... --budget B`)\n"))
+    assert backend.jobs == []

@@ -1,0 +1,30 @@
+"""The budget a tool's own YAML file was tuned for, kept in the file as a comment the tool ignores (YAML comments
+are dropped by every YAML loader: PaddleFormers', the kits'), so `vramtune check FILE` gates it without --budget.
+A JSON file (a PaddleNLP arguments file, a PaddleFormers JSON config) has no comments: check takes --budget."""
+from __future__ import annotations
+
+import re
+
+from vramtune.units import format_bytes
+
+PREFIX = "# vramtune: tuned for a budget of "
+_LINE = re.compile(r"^# vramtune: tuned for a budget of [^\n]*?\((\d+) bytes\)[^\n]*\n?", re.MULTILINE)
+
+
+def budget_line(budget_bytes: int) -> str:
+    return f"{PREFIX}{format_bytes(budget_bytes)} ({budget_bytes} bytes); `vramtune check FILE` gates it in CI\n"
+
+
+def with_budget_line(text: str, budget_bytes: int) -> str:
+    """The YAML text with the budget line first (an older one replaced, never added twice)."""
+    return budget_line(budget_bytes) + without_budget_line(text)
+
+
+def without_budget_line(text: str) -> str:
+    return _LINE.sub("", text)
+
+
+def recorded_budget(text: str) -> int | None:
+    """The budget in bytes the file records, or None."""
+    match = _LINE.search(text)
+    return int(match.group(1)) if match else None
