@@ -1,9 +1,12 @@
-"""Paddle's training kits (PaddleClas, PaddleOCR): a kit's training config, in the user's checkout of the kit, read
-as a spec; probes build the kit's own model and loss from it; `apply` writes the same file back.
+"""Paddle's training kits (PaddleClas, PaddleOCR, PaddleSeg, PaddleDetection): a kit's training config, in the
+user's checkout of the kit, read as a spec; probes build the kit's own model and loss from it; `apply` writes the
+same file back.
 
-One module per kit (`paddleclas.py`, `paddleocr.py`) declares how to recognise its configs, the spec a config
-becomes, its model source (the child side) and the config keys a tuned strategy sets; `config.py` holds what they
-share (finding the checkout, the kit's `-o Key=value` overrides, dotted keys)."""
+One module per kit (`paddleclas.py`, `paddleocr.py`, `paddleseg.py`, `paddledetection.py`) declares how to recognise
+its configs, the spec a config becomes, its model source (the child side) and the config keys a tuned strategy sets;
+what they share: `config.py` (finding the checkout, the kit's `-o Key=value` overrides, dotted keys), `spec.py` (the
+spec's common parts, the batch-only spec, apply's advice), `source.py` (the child's build under the checkout, the
+report's note in the kit's keys), `loader.py` (what the kit's DataLoader reads ahead)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramtune.dialects.kits.config import get_key
+from vramtune.sources.base import BuiltModel
 
 BUFFERED_BEFORE_3 = 2  # Paddle 2.6's buffered reader holds 2 batches; 3.x made it DataLoader's reader_buffer_size
 
@@ -64,3 +65,7 @@ class ReadAhead:
 
     def loss(self, network: Any, batch: tuple[Any, list[Any]]) -> Any:
         return self.train_loss(network, batch[0])
+
+    def built(self, after_step: Callable[[], None] | None = None) -> BuiltModel:
+        """The model the probe trains on these batches; `after_step`: the kit's EMA update, where it has one."""
+        return BuiltModel(self.model, self.make_batch, self.loss, after_step=after_step)

@@ -27,13 +27,12 @@ from vramtune.dialects.kits.config import (
     eval_phase,
     evaluated_batch,
     get_key,
-    kit_import_error,
-    on_path,
     paddle_amp,
     search_off,
 )
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.spec import kit_spec, positive_batch
 
 TRAIN_BATCH, EVAL_BATCH, UPDATE_FREQ = ("DataLoader.Train.sampler.batch_size", "DataLoader.Eval.sampler.batch_size",
                                         "Global.update_freq")
@@ -74,9 +73,7 @@ def amp_on(config: dict[str, Any]) -> bool:
 class PaddleClas(Kit):
     def spec(self, raw, path, options):
         config = apply_options(raw, options)
-        batch = get_key(config, TRAIN_BATCH)
-        if not isinstance(batch, int) or batch < 1:
-            raise KitError(f"{path}: {TRAIN_BATCH} must be a positive integer, got {batch!r}")
+        batch = positive_batch(config, TRAIN_BATCH, path)
         update_freq = get_key(config, UPDATE_FREQ, 1) or 1
         if get_key(config, "Global.use_dali"):
             raise KitError(f"{path}: Global.use_dali: DALI decodes and augments on the card, which the probe does not "
@@ -92,20 +89,13 @@ class PaddleClas(Kit):
         warnings = []
         if optimizer not in OPTIMIZERS:
             warnings.append(f"{path}: Optimizer.name {optimizer}: measured with AdamW's state (8 bytes per weight)")
-        spec: dict[str, Any] = {
-            "name": path.stem,
-            "model": {"source": self.name, "config": str(path.resolve()), "checkout": str(self.checkout(path)),
-                      "options": list(options), "probe_options": self._probe_options(config)},
-            "data": {},
-            "train": {"target_batch": batch * update_freq, "optimizer": OPTIMIZERS.get(optimizer, "adamw"),
-                      "learning_rate": 0.001},
-            "device": "auto", "budget": "auto",
-            # the kit's AMP has no dtype key: Paddle's default, float16
-            "search": {**search_off(config), "precisions": amp_choices(("float16",))},
-        }
+        train = {"target_batch": batch * update_freq, "optimizer": OPTIMIZERS.get(optimizer, "adamw"),
+                 "learning_rate": 0.001}
         if get_key(config, "Global.eval_during_train", False):
-            spec["train"].update(eval_phase(get_key(config, EVAL_BATCH, batch)))
-        return spec, warnings
+            train.update(eval_phase(get_key(config, EVAL_BATCH, batch)))
+        # the kit's AMP has no dtype key: Paddle's default, float16
+        search = {**search_off(config), "precisions": amp_choices(("float16",))}
+        return kit_spec(self, path, self.checkout(path), options, self._probe_options(config), train, search), warnings
 
     @staticmethod
     def _probe_options(config: dict[str, Any]) -> list[str]:
@@ -141,20 +131,17 @@ class PaddleClasSource(KitSource):
     name = "paddleclas"
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{TRAIN_BATCH} x {UPDATE_FREQ} (-O, or --target-batch)"}
-    terms = (f"in PaddleClas' keys: m (the micro-batch) is {TRAIN_BATCH}, k (accumulation) {UPDATE_FREQ}; r=0: no "
-             "block re-run in backward (PaddleClas has no key for it; never searched)")
+    terms = kit_terms("PaddleClas", TRAIN_BATCH, UPDATE_FREQ)
 
     def build(self, settings, spec_dir, configure):
         import paddle
 
-        with on_path(settings.checkout):
-            try:
-                from ppcls.arch import build_model
-                from ppcls.loss import build_loss
-                from ppcls.utils import config as kit_config
-                from ppcls.utils import logger
-            except ImportError as error:
-                raise BuildError(str(kit_import_error("PaddleClas", settings.checkout, error))) from error
+        with kit_code("PaddleClas", settings.checkout):
+            from ppcls.arch import build_model
+            from ppcls.loss import build_loss
+            from ppcls.utils import config as kit_config
+            from ppcls.utils import logger
+
             logger.init_logger()
             config = kit_config.get_config(settings.config, overrides=[*settings.options, *settings.probe_options],
                                            show=False)
@@ -172,9 +159,8 @@ class PaddleClasSource(KitSource):
             images, labels = batch
             return train_loss(network(images, labels) if with_labels else network(images), labels)["loss"]
 
-        loader = ReadAhead(make_batch, loss, model, kit_read_ahead(config, "DataLoader.Train.loader"),
-                           kit_read_ahead(config, "DataLoader.Eval.loader"))
-        return BuiltModel(model, loader.make_batch, loader.loss, after_step=after_step)
+        return ReadAhead(make_batch, loss, model, kit_read_ahead(config, "DataLoader.Train.loader"),
+                         kit_read_ahead(config, "DataLoader.Eval.loader")).built(after_step)
 
 
 def ema(config: dict[str, Any], model: Any) -> Any:

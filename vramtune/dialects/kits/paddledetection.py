@@ -29,10 +29,11 @@ from typing import Any, ClassVar
 import yaml
 
 from vramtune.dialects.kits import tags
-from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, get_key, kit_import_error, on_path
+from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
+from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
 from vramtune.mechanisms.static_graph import MECHANISM as STATIC_GRAPH
-from vramtune.sources.base import BuildError, BuiltModel
 
 BATCH = "TrainReader.batch_size"
 LOADER = "ppdet/core/workspace.py"
@@ -49,8 +50,6 @@ NO_ACCUMULATION = ("PaddleDetection's trainer cannot accumulate gradients: the b
 FLAGS_ONLY = ("AMP is a flag of tools/train.py in PaddleDetection, not a config key: searched in fp32 only (the "
               "tuned file cannot carry it; `vramtune measure CONFIG` measures one batch under AMP); --eval (a flag "
               "too) is not measured")
-BASE_ADVICE = ("the tuned file's _BASE_ paths ({bases}) are relative to its folder: keep it beside the config "
-               "(apply's default output) or the kit will not find them")
 
 
 def _nodes(path: Path, names: tuple[str, ...]) -> list[ast.stmt]:
@@ -149,13 +148,9 @@ class PaddleDetection(Kit):
         return isinstance(raw, dict) and ("_BASE_" in raw or "architecture" in raw)
 
     def spec(self, raw, path, options):
-        from vramtune.mechanisms import batch_only
-
         checkout = self.checkout(path)
         config = read_config(checkout, path, options)
-        batch = get_key(config, BATCH)
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise KitError(f"{path}: {BATCH} must be a positive integer, got {batch!r}")
+        batch = positive_batch(config, BATCH, path)
         if not isinstance(config.get("architecture"), str):
             raise KitError(f"{path}: no architecture (after its _BASE_ files)")
         if family_of(config) is None:
@@ -177,21 +172,13 @@ class PaddleDetection(Kit):
         if optimizer is None:
             warnings.append(f"{path}: OptimizerBuilder.optimizer.type "
                             f"{get_key(config, 'OptimizerBuilder.optimizer.type')}: measured with AdamW's state")
-        model = {"source": self.name, "config": str(path.resolve()), "checkout": str(checkout),
-                 "options": list(options), "probe_options": [f"{key}=null" for key in dropped]}
         # BatchNorm everywhere and no accumulation: batch 1 normalises one image per channel
-        search = {**batch_only(), "min_micro_batch": min(2, batch)}
-        train = {"target_batch": batch, "optimizer": optimizer or "adamw", "learning_rate": 0.001}
-        spec = {"name": path.stem, "model": model, "data": {}, "train": train, "device": "auto", "budget": "auto",
-                "search": search}
-        return spec, warnings
+        return batch_only_spec(self, path, checkout, options, [f"{key}=null" for key in dropped], batch,
+                               optimizer), warnings
 
     def changes(self, raw, tuned):
         batch = tuned.strategy.micro_batch
-        target = batch * tuned.strategy.accumulation
-        warnings = [NO_ACCUMULATION.format(target=target, batch=batch, ratio=batch / target)] if batch < target else []
-        if isinstance(raw, dict) and raw.get("_BASE_"):
-            warnings.append(BASE_ADVICE.format(bases=", ".join(map(str, raw["_BASE_"]))))
+        warnings = [*smaller_batch(NO_ACCUMULATION, tuned), *base_advice(raw, "_BASE_")]
         # ppdet merges the file over its _BASE_ files key by key: a file without TrainReader gets one holding the batch
         has_reader = isinstance(raw, dict) and isinstance(raw.get("TrainReader"), dict)
         return ({BATCH: batch} if has_reader else {"TrainReader": {"batch_size": batch}}), warnings
@@ -199,18 +186,6 @@ class PaddleDetection(Kit):
 
 KIT = PaddleDetection(name="paddledetection", package="ppdet", sections=("architecture",), one_flag=True,
                       accumulates=False)
-
-
-def ppdet_modules(checkout: str) -> tuple[Any, Any, Any]:
-    """ppdet's workspace (load_config, merge_config, create), its ModelEMA and tools/train.py's ArgsParser."""
-    with on_path(checkout):
-        try:
-            from ppdet.core import workspace
-            from ppdet.optimizer import ModelEMA
-            from ppdet.utils.cli import ArgsParser
-        except ImportError as error:
-            raise BuildError(str(kit_import_error("PaddleDetection", checkout, error))) from error
-    return workspace, ModelEMA, ArgsParser
 
 
 @contextlib.contextmanager
@@ -232,15 +207,16 @@ def eager_parameters() -> Iterator[None]:
 class PaddleDetectionSource(KitSource):
     name = "paddledetection"
     words: ClassVar[dict[str, str]] = {"train.target_batch": f"{BATCH} (-O, or --target-batch)"}
-    terms = (f"in PaddleDetection's keys: m (the micro-batch) is {BATCH}; k only measures a smaller batch, which "
-             "its trainer cannot accumulate: apply writes the largest m that fits; r=0: no block re-run in backward "
-             "(PaddleDetection has no key for it; never searched)")
+    terms = kit_terms("PaddleDetection", BATCH, who="its trainer")
 
     def build(self, settings, spec_dir, configure):
         import paddle
 
-        workspace, ModelEMA, ArgsParser = ppdet_modules(settings.checkout)
-        with on_path(settings.checkout):
+        with kit_code("PaddleDetection", settings.checkout):
+            from ppdet.core import workspace
+            from ppdet.optimizer import ModelEMA
+            from ppdet.utils.cli import ArgsParser
+
             config = workspace.load_config(settings.config)
             workspace.merge_config(ArgsParser()._parse_opt([*settings.options, *settings.probe_options]))  # as -o
             with eager_parameters():
@@ -264,8 +240,6 @@ class PaddleDetectionSource(KitSource):
         # the kit's TrainReader: cfg.worker_num workers, TrainReader.use_shared_memory (BaseDataLoader's default off)
         workers, shared = int(config.get("worker_num", 0) or 0), bool(get_key(config, "TrainReader.use_shared_memory"))
         ahead = read_ahead(workers, shared, paddle.device.get_device().startswith("cpu"))
-        loader = ReadAhead(make_batch, loss, model, ahead)
-
         average = None
         if config.get("use_ema"):
             average = KitEMA(lambda: ModelEMA(model, decay=config.get("ema_decay", 0.9998),
@@ -274,7 +248,7 @@ class PaddleDetectionSource(KitSource):
                                               ema_black_list=config.get("ema_black_list"),
                                               ema_filter_no_grad=config.get("ema_filter_no_grad", False)),
                              lambda ema: ema.update())
-        return BuiltModel(model, loader.make_batch, loader.loss, after_step=average)
+        return ReadAhead(make_batch, loss, model, ahead).built(average)
 
 
 SOURCE = PaddleDetectionSource()

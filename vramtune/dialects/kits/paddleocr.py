@@ -33,13 +33,13 @@ from vramtune.dialects.kits.config import (
     eval_phase,
     evaluated_batch,
     get_key,
-    kit_import_error,
-    on_path,
     paddle_amp,
     search_off,
 )
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.spec import kit_spec, positive_batch, smaller_batch
+from vramtune.sources.base import BuildError
 
 FIRST_BS, PER_CARD, EVAL_BATCH = ("Train.sampler.first_bs", "Train.loader.batch_size_per_card",
                                   "Eval.loader.batch_size_per_card")
@@ -141,37 +141,23 @@ class PaddleOCR(Kit):
                            f"({get_key(config, 'Architecture.algorithm')}): only recognition models (rec, not "
                            "distilled) are measured in this version")
         refuse_unmeasured(config, path)
-        key = batch_key(config)
-        batch = get_key(config, key)
-        if not isinstance(batch, int) or batch < 1:
-            raise KitError(f"{path}: {key} must be a positive integer, got {batch!r}")
+        batch = positive_batch(config, batch_key(config), path)
         optimizer = str(get_key(config, "Optimizer.name", "Adam")).lower()
         warnings = [] if optimizer in OPTIMIZERS else [
             f"{path}: Optimizer.name {optimizer}: measured with AdamW's state (8 bytes per weight)"]
-        spec: dict[str, Any] = {
-            "name": path.stem,
-            "model": {"source": self.name, "config": str(path.resolve()), "checkout": str(self.checkout(path)),
-                      "options": list(options), "probe_options": []},
-            "data": {},
-            "train": {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001,
-                      **amp_op_lists(config)},
-            "device": "auto", "budget": "auto",
-            # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch. No
-            # BatchNorm floor: without accumulation a smaller batch is the only way to fit, BatchNorm or not
-            "search": {**search_off(config), "precisions": amp_choices(("float16", "bfloat16")),
-                       "min_micro_batch": 1},
-            "probe": {"steps": max(3, len(scales(config, batch)))},  # every scale in the measured steps
-        }
+        train = {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001,
+                 **amp_op_lists(config)}
         if get_key(config, "Global.eval_batch_step") and get_key(config, "Eval"):
-            spec["train"].update(eval_phase(get_key(config, EVAL_BATCH, batch)))
-        return spec, warnings
+            train.update(eval_phase(get_key(config, EVAL_BATCH, batch)))
+        # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch. No BatchNorm
+        # floor: without accumulation a smaller batch is the only way to fit, BatchNorm or not
+        search = {**search_off(config), "precisions": amp_choices(("float16", "bfloat16")), "min_micro_batch": 1}
+        probe = {"steps": max(3, len(scales(config, batch)))}  # every scale in the measured steps
+        return kit_spec(self, path, self.checkout(path), options, [], train, search, probe=probe), warnings
 
     def changes(self, raw, tuned):
         strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)
-        target = strategy.micro_batch * strategy.accumulation  # per card, as the kit's batch keys are
         changes: dict[str, Any] = {batch_key(raw): strategy.micro_batch}
-        warnings = [LR_ADVICE.format(target=target, batch=strategy.micro_batch,
-                                     ratio=strategy.micro_batch / target)] if strategy.micro_batch < target else []
         if eval_batch is not None:
             changes[EVAL_BATCH] = eval_batch
         changes.update(compiled(tuned))
@@ -180,7 +166,7 @@ class PaddleOCR(Kit):
             changes.update({"Global.use_amp": True, "Global.amp_level": level, "Global.amp_dtype": dtype})
         elif get_key(raw, "Global.use_amp"):
             changes["Global.use_amp"] = False
-        return changes, warnings
+        return changes, smaller_batch(LR_ADVICE, tuned)
 
 
 KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True,
@@ -226,9 +212,7 @@ class PaddleOCRSource(KitSource):
     name = "paddleocr"
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{FIRST_BS} (else {PER_CARD}; -O, or --target-batch)"}
-    terms = (f"in PaddleOCR's keys: m (the micro-batch) is {FIRST_BS} (else {PER_CARD}); k (accumulation) only "
-             "measures a smaller batch, which PaddleOCR cannot accumulate: apply writes the largest m that fits; "
-             "r=0: no block re-run in backward (PaddleOCR has no key for it; never searched)")
+    terms = kit_terms("PaddleOCR", f"{FIRST_BS} (else {PER_CARD})", k="k (accumulation)")
     shapes_per_step = True  # a multi-scale sampler's scales take turns
 
     def build(self, settings, spec_dir, configure):
@@ -238,13 +222,11 @@ class PaddleOCRSource(KitSource):
         from vramtune.sources.tensors import first_output
 
         os.chdir(settings.checkout)  # the configs' paths (character_dict_path) are relative to the checkout
-        with on_path(settings.checkout):
-            try:
-                from ppocr.losses import build_loss
-                from ppocr.modeling.architectures import build_model
-                from ppocr.postprocess import build_post_process
-            except ImportError as error:
-                raise BuildError(str(kit_import_error("PaddleOCR", settings.checkout, error))) from error
+        with kit_code("PaddleOCR", settings.checkout):
+            from ppocr.losses import build_loss
+            from ppocr.modeling.architectures import build_model
+            from ppocr.postprocess import build_post_process
+
             with open(settings.config, encoding="utf-8") as stream:
                 config = apply_options(yaml.safe_load(stream), settings.options, KIT.value)
             post_process = build_post_process(config["PostProcess"], config["Global"])
@@ -303,9 +285,8 @@ class PaddleOCRSource(KitSource):
             preds = network(data[0], data=data[1:]) if extra_input else network(data[0])
             return train_loss(preds, data)["loss"]
 
-        loader = ReadAhead(make_batch, loss, model, kit_read_ahead(config, "Train.loader"),
-                           kit_read_ahead(config, "Eval.loader"), upcoming)
-        return BuiltModel(model, loader.make_batch, loader.loss, after_step=average)
+        return ReadAhead(make_batch, loss, model, kit_read_ahead(config, "Train.loader"),
+                         kit_read_ahead(config, "Eval.loader"), upcoming).built(average)
 
 
 SOURCE = PaddleOCRSource()

@@ -25,9 +25,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from vramtune.dialects.kits.config import Kit, KitError, KitSource, get_key, kit_import_error, on_path
+from vramtune.dialects.kits.config import Kit, KitError, KitSource, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
+from vramtune.sources.base import BuildError
 
 BATCH = "batch_size"
 LOADER = "paddleseg/cvlibs/config.py"
@@ -52,8 +54,6 @@ FLAGS_ONLY = ("AMP is set by tools/train.py's flags in PaddleSeg, not by a confi
               "tuned file cannot carry it; `vramtune measure CONFIG` measures one batch under AMP); "
               "--use_ema (a copy of the weights) and --do_eval (batch 1 on whole validation images) are flags too: "
               "not measured")
-BASE_ADVICE = ("the tuned file's _base_ paths ({bases}) are relative to its folder: keep it beside the config "
-               "(apply's default output) or the kit will not find them")
 
 
 @functools.cache
@@ -150,13 +150,9 @@ class PaddleSeg(Kit):
         return isinstance(raw, dict) and ("_base_" in raw or "train_dataset" in raw)
 
     def spec(self, raw, path, options):
-        from vramtune.mechanisms import batch_only
-
         checkout = self.checkout(path)
         config = read_config(checkout, path, options)
-        batch = config.get(BATCH)
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise KitError(f"{path}: {BATCH} must be a positive integer, got {batch!r}")
+        batch = positive_batch(config, BATCH, path)
         if not isinstance(config.get("model"), dict):
             raise KitError(f"{path}: no model (after its _base_ files)")
         kinds = [t.get("type") for t in get_key(config, "train_dataset.transforms", []) or [] if isinstance(t, dict)]
@@ -180,26 +176,12 @@ class PaddleSeg(Kit):
         if optimizer is None:
             warnings.append(f"{path}: optimizer.type {get_key(config, 'optimizer.type')}: measured with AdamW's state "
                             "(8 bytes per weight)")
-        spec: dict[str, Any] = {
-            "name": path.stem,
-            "model": {"source": self.name, "config": str(path.resolve()), "checkout": str(checkout),
-                      "options": list(options), "probe_options": [f"{key}=None" for key in dropped]},
-            "data": {},
-            "train": {"target_batch": batch, "optimizer": optimizer or "adamw", "learning_rate": 0.001},
-            "device": "auto", "budget": "auto",
-            # a batch of 1 normalises one value per channel in the pooled branches (PP-LiteSeg's SPPM, ...)
-            "search": {**batch_only(), "min_micro_batch": min(2, batch)},
-        }
-        return spec, warnings
+        # a batch of 1 normalises one value per channel in the pooled branches (PP-LiteSeg's SPPM, ...)
+        return batch_only_spec(self, path, checkout, options, [f"{key}=None" for key in dropped], batch,
+                               optimizer), warnings
 
     def changes(self, raw, tuned):
-        batch = tuned.strategy.micro_batch
-        target = batch * tuned.strategy.accumulation  # per card, as batch_size is
-        warnings = [LR_ADVICE.format(target=target, batch=batch, ratio=batch / target)] if batch < target else []
-        if isinstance(raw, dict) and raw.get("_base_"):
-            bases = raw["_base_"]
-            warnings.append(BASE_ADVICE.format(bases=bases if isinstance(bases, str) else ", ".join(bases)))
-        return {BATCH: batch}, warnings
+        return {BATCH: tuned.strategy.micro_batch}, [*smaller_batch(LR_ADVICE, tuned), *base_advice(raw, "_base_")]
 
 
 KIT = PaddleSeg(name="paddleseg", package="paddleseg", sections=("model",), one_flag=True, accumulates=False,
@@ -222,20 +204,16 @@ def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int
 
 class PaddleSegSource(KitSource):
     name = "paddleseg"
-    terms = (f"in PaddleSeg's keys: m (the micro-batch) is {BATCH}; k only measures a smaller batch, which PaddleSeg "
-             "cannot accumulate: apply writes the largest m that fits; r=0: no block re-run in backward (PaddleSeg "
-             "has no key for it; never searched)")
+    terms = kit_terms("PaddleSeg", BATCH)
 
     def build(self, settings, spec_dir, configure):
         import paddle
 
-        with on_path(settings.checkout):
-            try:
-                from paddleseg.core.train import loss_computation
-                from paddleseg.cvlibs import Config, SegBuilder
-                from paddleseg.utils import utils
-            except ImportError as error:
-                raise BuildError(str(kit_import_error("PaddleSeg", settings.checkout, error))) from error
+        with kit_code("PaddleSeg", settings.checkout):
+            from paddleseg.core.train import loss_computation
+            from paddleseg.cvlibs import Config, SegBuilder
+            from paddleseg.utils import utils
+
             config = Config(settings.config, opts=[*settings.options, *settings.probe_options] or None)
             builder = SegBuilder(config)
             model = utils.convert_sync_batchnorm(builder.model, paddle.device.get_device().split(":")[0])
@@ -258,8 +236,7 @@ class PaddleSegSource(KitSource):
             return sum(loss_list)
 
         # tools/train.py's --num_workers (default 0; a flag, not in the file): the loader's thread reads ahead
-        loader = ReadAhead(one, loss, model, read_ahead(0, False, paddle.device.get_device().startswith("cpu")))
-        return BuiltModel(model, loader.make_batch, loader.loss)
+        return ReadAhead(one, loss, model, read_ahead(0, False, paddle.device.get_device().startswith("cpu"))).built()
 
 
 SOURCE = PaddleSegSource()
