@@ -31,7 +31,7 @@ from vramtune.dialects.kits.config import (
     search_off,
 )
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
-from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import kit_spec, positive_batch
 
 TRAIN_BATCH, EVAL_BATCH, UPDATE_FREQ = ("DataLoader.Train.sampler.batch_size", "DataLoader.Eval.sampler.batch_size",
@@ -131,7 +131,7 @@ class PaddleClasSource(KitSource):
     name = "paddleclas"
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{TRAIN_BATCH} x {UPDATE_FREQ} (-O, or --target-batch)"}
-    terms = kit_terms("PaddleClas", TRAIN_BATCH, UPDATE_FREQ)
+    terms = terms_note("PaddleClas", TRAIN_BATCH, UPDATE_FREQ)
 
     def build(self, settings, spec_dir, configure):
         import paddle

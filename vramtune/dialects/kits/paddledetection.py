@@ -31,7 +31,7 @@ import yaml
 from vramtune.dialects.kits import tags
 from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
-from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
 from vramtune.mechanisms.static_graph import MECHANISM as STATIC_GRAPH
 
@@ -207,7 +207,7 @@ def eager_parameters() -> Iterator[None]:
 class PaddleDetectionSource(KitSource):
     name = "paddledetection"
     words: ClassVar[dict[str, str]] = {"train.target_batch": f"{BATCH} (-O, or --target-batch)"}
-    terms = kit_terms("PaddleDetection", BATCH, who="its trainer")
+    terms = terms_note("PaddleDetection", BATCH, who="its trainer")
 
     def build(self, settings, spec_dir, configure):
         import paddle

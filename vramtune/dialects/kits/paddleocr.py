@@ -37,7 +37,7 @@ from vramtune.dialects.kits.config import (
     search_off,
 )
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
-from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import kit_spec, positive_batch, smaller_batch
 from vramtune.sources.base import BuildError
 
@@ -212,7 +212,7 @@ class PaddleOCRSource(KitSource):
     name = "paddleocr"
     words: ClassVar[dict[str, str]] = {
         "train.target_batch": f"{FIRST_BS} (else {PER_CARD}; -O, or --target-batch)"}
-    terms = kit_terms("PaddleOCR", f"{FIRST_BS} (else {PER_CARD})", k="k (accumulation)")
+    terms = terms_note("PaddleOCR", f"{FIRST_BS} (else {PER_CARD})", k="k (accumulation)")
     shapes_per_step = True  # a multi-scale sampler's scales take turns
 
     def build(self, settings, spec_dir, configure):

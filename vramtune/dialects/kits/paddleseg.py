@@ -27,7 +27,7 @@ from typing import Any
 
 from vramtune.dialects.kits.config import Kit, KitError, KitSource, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
-from vramtune.dialects.kits.source import kit_code, kit_terms
+from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
 from vramtune.sources.base import BuildError
 
@@ -204,7 +204,7 @@ def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int
 
 class PaddleSegSource(KitSource):
     name = "paddleseg"
-    terms = kit_terms("PaddleSeg", BATCH)
+    terms = terms_note("PaddleSeg", BATCH)
 
     def build(self, settings, spec_dir, configure):
         import paddle

@@ -21,7 +21,7 @@ def kit_code(kit: str, checkout: str) -> Iterator[None]:
             raise BuildError(str(kit_import_error(kit, checkout, error))) from error
 
 
-def kit_terms(kit: str, batch: str, accumulation: str | None = None, k: str = "k", who: str = "") -> str:
+def terms_note(kit: str, batch: str, accumulation: str | None = None, k: str = "k", who: str = "") -> str:
     """The note in the kit's keys: m is `batch`; k is `accumulation`, the kit's key for it, else k (`k`: how the note
     names it) only measures a smaller batch, which `who` (by default the kit) cannot accumulate; no kit recomputes."""
     said = (f", k (accumulation) {accumulation}" if accumulation else
