@@ -1,5 +1,6 @@
 """What the commands refuse before any probe (exit 2, one message, nothing measured): output flags that contradict
-each other, a model whose packages this Python cannot import."""
+each other, a model whose packages this Python cannot import; and a config's own key=value overrides, which
+validate takes as probe does (Paddle-free)."""
 from __future__ import annotations
 
 import importlib.util
@@ -54,3 +55,42 @@ def test_plot_builds_nothing_so_a_missing_package_is_not_its_concern(fake_cli):
     cli, _ = fake_cli(small())
     code, _, err = cli("plot", CONFIGS / "bert-mini-cpu.yaml")
     assert code == 2 and err.startswith("error: no saved results for bert-mini-cpu")
+
+
+FORMERS = CONFIGS / "formers-sft-lora-cpu.yaml"
+
+
+@pytest.mark.parametrize("given", [["max_seq_len=64"], ["-O", "max_seq_len=64"]])
+def test_validate_applies_a_configs_overrides_after_the_file_or_with_O(fake_cli, monkeypatch, given):
+    monkeypatch.chdir(ROOT)
+    cli, _ = fake_cli(small())
+    code, out, err = cli("validate", FORMERS, *given, "--json")
+    assert code == 0 and err.endswith(f"ok: {FORMERS}\n"), err
+    code, out, err = cli("validate", FORMERS, *given[:-1], "max_seq_len=abc")
+    assert (code, out) == (2, "")
+    assert err == f"error: {FORMERS}: max_seq_len: must be an integer, got a string ('abc')\n"
+
+
+def test_validate_refuses_overrides_where_probe_does_and_overrides_without_a_file(fake_cli, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cli, _ = fake_cli(small())
+    code, _, validated = cli("validate", SPEC, "train.target_batch=64")
+    _, _, probed = cli("probe", SPEC, "train.target_batch=64")
+    assert code == 2 and validated == probed == (
+        f"error: {SPEC}: KEY=VALUE overrides / -O apply to PaddleFormers and kit configs only; for a vramtune spec or "
+        "a PaddleNLP arguments file use the flags (--target-batch, --budget, --device, --devices, ...) or edit the "
+        "file\n")
+    code, _, err = cli("validate", "max_seq_len=64")
+    assert code == 2 and err == ("error: no spec file among max_seq_len=64 (an argument with = that names no file is "
+                                 "an override): vramtune validate SPEC... [KEY=VALUE]...\n")
+
+
+def test_estimate_of_a_model_folder_refuses_a_configs_overrides(fake_cli):
+    cli, _ = fake_cli(small())
+    folder = ROOT / "tests" / "specs" / "tiny-llama"
+    for given in (["max_seq_len=64"], ["-O", "max_seq_len=64"]):
+        code, out, err = cli("estimate", folder, "--card", "1GiB", *given)
+        assert (code, out) == (2, "")
+        assert err == (f"error: {folder}: key=value overrides apply to a config of a tool (PaddleFormers, a kit); a "
+                       "model folder or config.json is estimated from its sizes: --seq-len and --batch give the "
+                       "run\n")

@@ -57,7 +57,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
     @app.command("estimate")
     @common.exits_cleanly
     def estimate_command(
-        spec_path: Path = common.SpecArg,
+        spec_path: Path = common.SpecArg, trailing: Optional[List[str]] = common.TrailingArg,
         card: str = typer.Option(..., "--card", help="the GPU's memory, e.g. 24GiB or 80GB", show_default=False),
         budget: Optional[str] = typer.Option(None, "--budget", help="the memory a run may use (default: the card)"),
         devices: Optional[int] = typer.Option(None, "--devices", min=1, help="data-parallel ranks (default: the "
@@ -78,7 +78,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         card_bytes = _size("--card", card, spec_path)
         budget_bytes = _size("--budget", budget, spec_path) if budget else None
         probes = _calibration(calibration) if calibration is not None else None
-        asked = question(spec_path, seq_len, batch, devices)
+        options = [*(kit_options or []), *(trailing or [])]
+        asked = question(spec_path, seq_len, batch, devices, options)
         if asked is not None:
             result = answer(asked, card_bytes, calibration=probes, budget_bytes=budget_bytes)
             render_answer(result)
@@ -90,7 +91,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 raise SpecError([Problem(str(spec_path), flag, "applies to a model folder, a config.json or a "
                                                               "PaddleFormers config: a spec's sequence length and "
                                                               "target batch are its own (edit them in the file)")])
-        spec = common.load(spec_path, {"kit.options": kit_options, **({"devices": devices} if devices else {})})
+        spec = common.load(spec_path, {"kit.options": options, **({"devices": devices} if devices else {})})
         result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
         render.render_estimate(result)
         kit = _kit_options(spec, result.best) if result.best else None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -15,14 +15,16 @@ from vramtune.runner import Backend
 def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     @common.exits_cleanly
-    def plot(spec_path: Path = common.SpecArg,
+    def plot(spec_path: Path = common.SpecArg, trailing: Optional[List[str]] = common.TrailingArg,
              output: Path = typer.Option(Path("memory.png"), "--output", "-o", help="the PNG to write"),
              budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
-             target_batch: Optional[int] = common.TargetOpt) -> None:
+             target_batch: Optional[int] = common.TargetOpt,
+             kit_options: Optional[List[str]] = common.KitOpt) -> None:
         """Draw the saved probes: peak memory against micro-batch, the budget line, the choice (a PNG)."""
         if importlib.util.find_spec("matplotlib") is None:
             raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
-        spec = common.load(spec_path, common.overrides(budget, device, target_batch), probing=False)
+        spec = common.load(spec_path, common.overrides(budget, device, target_batch,
+                                                          [*(kit_options or []), *(trailing or [])]), probing=False)
         result = session.open_session(spec, backend, warn=render.warn).store.load_summary()
         if result is None:
             raise export.ExportError(f"no saved results for {spec.name}: run `vramtune probe {spec_path}` first")

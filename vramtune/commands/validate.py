@@ -1,8 +1,8 @@
-"""`vramtune validate SPEC...`: check specs without running Paddle, every problem in every file."""
+"""`vramtune validate SPEC... [KEY=VALUE]...`: check specs without running Paddle, every problem in every file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 
@@ -12,17 +12,32 @@ from vramtune.runner import Backend
 from vramtune.spec import SpecError, load_spec
 
 
+def split(arguments: list[str]) -> tuple[list[Path], list[str]]:
+    """The files, and the key=value overrides among them (an argument with `=` that names no file)."""
+    overrides = [argument for argument in arguments if "=" in argument and not Path(argument).exists()]
+    return [Path(argument) for argument in arguments if argument not in overrides], overrides
+
+
 def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     def validate(
-        spec_paths: List[Path] = typer.Argument(..., help="spec files", show_default=False),
+        arguments: List[str] = typer.Argument(..., metavar="SPEC [KEY=VALUE]", show_default=False,
+                                              help="spec files; a PaddleFormers or kit config's own overrides after "
+                                                   "them apply to each, as probe takes them (the same as -O)"),
         json_output: bool = common.JsonOpt,
+        kit_options: Optional[List[str]] = common.KitOpt,
     ) -> None:
         """Check specs without running Paddle; reports every problem in every file."""
+        spec_paths, trailing = split(arguments)
+        if not spec_paths:
+            render.error(f"no spec file among {' '.join(arguments)} (an argument with = that names no file is an "
+                         "override): vramtune validate SPEC... [KEY=VALUE]...")
+            raise typer.Exit(common.EXIT_BAD_INPUT)
+        changes = {"kit.options": [*(kit_options or []), *trailing]}
         files = []
         for path in spec_paths:
             try:
-                spec = load_spec(path, read_data=False)  # a pass over training data runs Paddle
+                spec = load_spec(path, changes, read_data=False)  # a pass over training data runs Paddle
                 files.append({"file": str(path), "ok": True, "problems": [], "warnings": spec.warnings})
                 for warning in spec.warnings:
                     render.warn(warning)

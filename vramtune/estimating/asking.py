@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.dialects.paddleformers import keys
-from vramtune.dialects.paddleformers.reading import formers_data, spec_from_config
+from vramtune.dialects.paddleformers.reading import formers_data, parse_overrides, spec_from_config
 from vramtune.estimating.answer import Question
 from vramtune.estimating.architecture import ArchitectureError, architecture, read_config
 from vramtune.reading import Problem, SpecError
@@ -75,10 +75,18 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
                     notes=notes)
 
 
-def question(path: Path, seq_len: int | None, batch: int | None, devices: int | None) -> Question | None:
-    """The question a model folder, a config.json or a PaddleFormers config asks; None for a spec."""
+def question(path: Path, seq_len: int | None, batch: int | None, devices: int | None,
+             options: list[str] | None = None) -> Question | None:
+    """The question a model folder, a config.json or a PaddleFormers config (with its key=value `options`, as
+    PaddleFormers merges them) asks; None for a spec."""
     if path.is_dir() or is_model_config(path):
+        if options:
+            raise SpecError([Problem(str(path), "", "key=value overrides apply to a config of a tool (PaddleFormers, "
+                                     "a kit); a model folder or config.json is estimated from its sizes: --seq-len "
+                                     "and --batch give the run")])
         name = (path if path.is_dir() else path.parent).resolve().name
         return Question(name, _config(path), seq_len=seq_len or 4096, batch=batch or 8, devices=devices or 1)
     data = formers_data(path) if path.is_file() else None
-    return _formers_question(path, data, seq_len, batch, devices) if data is not None else None
+    if data is None:
+        return None
+    return _formers_question(path, {**data, **parse_overrides(options or [], str(path))}, seq_len, batch, devices)
