@@ -149,3 +149,42 @@ def test_a_memory_key_the_probe_does_not_measure_is_bad_input(fake_cli, kit, con
     cli, backend = fake_cli(FakeDevice())
     code, _, stderr = cli("probe", client.kit(kit) / config, "--budget", "1GiB", "-O", option)
     assert (code, backend.jobs) == (2, []) and said in " ".join(stderr.split())
+
+
+
+SEG = client.kit("PaddleSeg")
+OPTIC = "configs/quick_start/pp_liteseg_optic_disc_512x512_1k.yml"  # batch_size 4, the kit's floor 2
+SHORTER = "would fit with: a shorter sequence / smaller images, or a smaller model"
+
+
+@pytest.mark.skipif(SEG is None or CLAS is None, reason=f"no PaddleSeg or PaddleClas checkout in {client.KITS}")
+@pytest.mark.parametrize(("kit", "config", "options", "batchnorm", "budget", "said", "floor"), [
+    # PaddleSeg's floor 2: m=1 k=4, measured just over the limit (22.0 MiB), is below it; the least measured at the
+    # floor or above is the config's batch
+    ("PaddleSeg", OPTIC, [], 0, "23MiB",
+     ["nothing fits 21.8 MiB (budget 23.0 MiB less 5% headroom) at target batch 4.",
+      "closest: fp32 m=4 k=1 r=0 peaked at 28.0 MiB, 6.2 MiB over (128% of the limit)",
+      "would fit with: a budget of at least 30905398 bytes", SHORTER], 2),
+    # BatchNorm's 16: m=8 fits but is below it (it was named closest, "-2.0 MiB over", with a budget of 39735512
+    # bytes: less than the one given); m=16 is over by the line the probes drew, m=64 measured so
+    ("PaddleClas", VIT, ["-O", "DataLoader.Train.sampler.batch_size=64"], 50, "40MiB",
+     ["nothing fits 38.0 MiB (budget 40.0 MiB less 5% headroom) at target batch 64.",
+      "closest: fp32 m=64 k=1 r=0 peaked at 148.0 MiB, 110.0 MiB over (389% of the limit)",
+      "would fit with: a budget of at least 163357104 bytes", SHORTER], 16),
+])
+def test_when_nothing_fits_the_advice_is_at_the_kits_floor_and_over_the_budget(fake_cli, kit, config, options,
+                                                                               batchnorm, budget, said, floor):
+    """The closest miss is at the kit's floor or above, and the budget it names is more than the one given: with it,
+    a probe chooses a micro-batch at the floor or above."""
+    device = FakeDevice(fixed=20 * MiB, per_sample=2 * MiB, batchnorm_layers=batchnorm)
+    cli, _ = fake_cli(device)
+    code, _, stderr = cli("probe", client.kit(kit) / config, "--device", "cpu", "--budget", budget,
+                          "--precision", "fp32", *options)
+    lines = [line.strip() for line in stderr.splitlines()]
+    assert code == 1 and lines[-len(said) - 1:-1] == said, stderr
+    advised = said[2].removeprefix("would fit with: a budget of at least ").removesuffix(" bytes")
+    cli, _ = fake_cli(device)
+    code, stdout, stderr = cli("probe", client.kit(kit) / config, "--device", "cpu", "--budget", advised,
+                               "--precision", "fp32", "--json", *options)
+    assert code == 0, stderr
+    assert json.loads(stdout)["chosen"]["micro_batch"] >= floor

@@ -626,9 +626,9 @@ class Tuner:
             self.note(f"micro-batch floor {floor} applied ({why}); the fastest below it: "
                       f"{fastest.strategy.label()} at {fastest.samples_per_sec:.1f} samples/s")
         outcome = Outcome(chosen, probes, self.notes)
-        if chosen is None:
-            measured = [r for r in probes if r.used_bytes]
-            outcome.closest = min(measured, key=lambda r: r.used_bytes) if measured else None
+        if chosen is None:  # the closest miss a larger budget would make a choice: over it, at the floor or above
+            misses = [r for r in probes if (r.used_bytes or 0) > self.limit and r.strategy.micro_batch >= floor]
+            outcome.closest = min(misses, key=lambda r: r.used_bytes or 0) if misses else None
             outcome.suggestions = self.suggest(outcome.closest)
         return outcome
 
