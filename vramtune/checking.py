@@ -10,8 +10,8 @@ from typing import Any
 from vramtune import export
 from vramtune.export import yaml_spec
 from vramtune.mechanisms import MECHANISMS
-from vramtune.records import Budget, ProbeResult
 from vramtune.recorded_budget import recorded_budget
+from vramtune.records import Budget, ProbeResult
 from vramtune.report import Tuned
 from vramtune.runner import Backend, DeviceError
 from vramtune.session import Say, measure, open_session

@@ -5,18 +5,19 @@ It is read by round trip through apply's own writer (`export.render`), so `check
 writes it and no second mapping can drift from it. The candidates are the strategies whose fields can be listed:
 the batch's factors (micro-batch x accumulation = the file's batch per rank), every value of a field with choices,
 both of a switch; a count (blocks recomputed, a partitioning stage) keeps the value `measure` would give it. The first,
-nearest the defaults, whose export leaves the file as it is, is the file's strategy; a key the writer leaves out
+nearest the defaults, whose export says what the file says (key by key: comments and layout aside), is the file's
+strategy; a key the writer leaves out
 (the precision of a file checked on a CPU, which runs fp32) then reads as the default, as a probe there runs it."""
 from __future__ import annotations
 
-import difflib
 import itertools
 from pathlib import Path
+from typing import Any
 
 from vramtune import export
+from vramtune.dialects.kits import tags
 from vramtune.mechanisms import strategy_fields
 from vramtune.reading import Problem, SpecError
-from vramtune.recorded_budget import without_budget_line
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Report
 from vramtune.session import strategy_from_flags
@@ -26,8 +27,14 @@ from vramtune.strategy import Strategy
 BATCH = ("micro_batch", "accumulation")
 
 
-def candidates(base: Strategy, per_rank: int) -> list[Strategy]:
-    """Every listable strategy around `base`, the fewest fields away from it first (then the least accumulation)."""
+def batches(per_rank: int) -> list[dict[str, int]]:
+    """Every micro-batch x accumulation of the batch per rank, the least accumulation first."""
+    return [{"micro_batch": per_rank // k, "accumulation": k} for k in range(1, per_rank + 1) if per_rank % k == 0]
+
+
+def candidates(base: Strategy, ordered: list[dict[str, int]]) -> list[Strategy]:
+    """Every listable strategy around `base` at these batches: the fewest fields away from it first, then in the
+    batches' order."""
     listed = []
     for field in strategy_fields():
         if field.name in BATCH:
@@ -35,40 +42,65 @@ def candidates(base: Strategy, per_rank: int) -> list[Strategy]:
         given = getattr(base, field.name)
         values = (False, True) if field.type is bool else (field.choices or ())
         listed.append([(field.name, value) for value in (given, *(v for v in values if v != given))])
-    batches = [{"micro_batch": per_rank // k, "accumulation": k} for k in range(1, per_rank + 1) if per_rank % k == 0]
-    found = [base.with_(**dict(choice), **batch) for choice in itertools.product(*listed) for batch in batches]
-    return sorted(found, key=lambda s: (sum(getattr(s, f.name) != getattr(base, f.name) for f in strategy_fields()
-                                            if f.name not in BATCH), s.accumulation))
+    found = [(sum(value != getattr(base, name) for name, value in choice), place, base.with_(**dict(choice), **batch))
+             for choice in itertools.product(*listed) for place, batch in enumerate(ordered)]
+    return [strategy for *_, strategy in sorted(found, key=lambda item: item[:2])]
 
 
-def exported(spec: Spec, strategy: Strategy, device_kind: str) -> str:
+def exported(spec: Spec, strategy: Strategy, device_kind: str, format_name: str) -> str:
     """The file `vramtune apply` would write for this strategy, measured on this kind of device."""
     report = Report(spec=spec.name, spec_path=spec.path, device_name="", device_kind=device_kind, device_bytes=0,
                     paddle_version="", budget=Budget(1, 0.0), target_batch=spec.train.target_batch,
                     chosen=ProbeResult("fits", strategy), probes=[])
-    path = Path(spec.path)
-    return export.render(export.default_format(path), path, spec, report)[0]
+    return export.render(format_name, Path(spec.path), spec, report)[0]
 
 
 def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
-    """The file's own strategy, or a SpecError naming the lines that the nearest listable strategy's export changes."""
+    """The file's own strategy, or a SpecError naming the keys the nearest listable strategy's export changes. The
+    batches are tried nearest the file's first (fewest keys changed with the rest at `base`): a kit's YAML takes a
+    tenth of a second a reading, and a render reads it twice."""
     path = Path(spec.path)
-    text = without_budget_line(path.read_text(encoding="utf-8"))
+    data, format_name = flat(tags.safe_load(path.read_text(encoding="utf-8"))), export.default_format(path)
+    read: dict[str, dict[str, Any]] = {}  # an export's text -> its keys (strategies alike for the format write alike)
+
+    def changed(strategy: Strategy) -> list[str]:
+        text = exported(spec, strategy, device_kind, format_name)
+        if text not in read:
+            read[text] = flat(tags.safe_load(text))
+        return changed_keys(data, read[text])
+
     base = strategy_from_flags(spec, {"micro_batch": 1})  # the fields the spec fixes (its ranks), the rest defaults
+    ordered = sorted(batches(spec.train.target_batch // base.devices), key=lambda b: len(changed(base.with_(**b))))
     nearest: list[str] | None = None
-    for strategy in candidates(base, spec.train.target_batch // base.devices):
-        changed = _changed_lines(text, without_budget_line(exported(spec, strategy, device_kind)))
-        if not changed:
+    for strategy in candidates(base, ordered):
+        differences = changed(strategy)
+        if not differences:
             return strategy
-        nearest = changed if nearest is None or len(changed) < len(nearest) else nearest
+        nearest = differences if nearest is None or len(differences) < len(nearest) else nearest
     raise SpecError([Problem(spec.path, "", (
         "check measures the strategy the file states, read as `vramtune apply` writes it, and no strategy it reads "
-        f"writes this file unchanged: the nearest changes {'; '.join(nearest or [])} (a count, such as the layers "
-        "recomputed or a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K ... "
-        "--budget B`)"))])
+        f"writes this file unchanged; the nearest would change {'; '.join(nearest or [])} (a count, such as the layers "
+        "recomputed or a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K "
+        "... --budget B`)"))])
 
 
-def _changed_lines(text: str, written: str) -> list[str]:
-    """The file's lines the written text does not keep as they are, and those it adds ("adds ...")."""
-    return [line[2:].strip() if line[0] == "-" else f"adds {line[2:].strip()}"
-            for line in difflib.ndiff(text.splitlines(), written.splitlines()) if line[:2] in ("- ", "+ ")]
+def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A parsed file as dotted keys (mappings opened, any other value whole)."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    return {key: value for name, inner in data.items() for key, value in flat(inner, f"{prefix}{name}.").items()} \
+        if data else {prefix: data}
+
+
+def changed_keys(data: dict[str, Any], written: dict[str, Any]) -> list[str]:
+    """What the written file says otherwise than the file, key by key (a comment or a layout is no change)."""
+    words = []
+    for key in [*data, *(key for key in written if key not in data)]:
+        name = key.rstrip(".")
+        if key not in written:
+            words.append(f"{name}: {data[key]!r} (removed)")
+        elif key not in data:
+            words.append(f"{name}: {written[key]!r} (added)")
+        elif written[key] != data[key]:
+            words.append(f"{name}: {data[key]!r} -> {written[key]!r}")
+    return words

@@ -91,7 +91,8 @@ def test_bad_input_exits_2_and_measures_nothing(fake_cli, formers_file, tmp_path
                                                  "uniform\nrecompute_num_layers: 1"), name="recomputed.yaml")
     assert cli("check", recomputed, "--budget", "1GiB") == (2, "", (
         f"error: {recomputed}: check measures the strategy the file states, read as `vramtune apply` writes it, and "
-        "no strategy it reads writes this file unchanged: the nearest changes recompute_granularity: full; "
-        "recompute_method: uniform; recompute_num_layers: 1 (a count, such as the layers recomputed or a partitioning "
-        "stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K ... --budget B`)\n"))
+        "no strategy it reads writes this file unchanged; the nearest would change recompute_granularity: 'full' "
+        "(removed); recompute_method: 'uniform' (removed); recompute_num_layers: 1 (removed) (a count, such as the "
+        "layers recomputed or a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M "
+        "-k K ... --budget B`)\n"))
     assert backend.jobs == []
