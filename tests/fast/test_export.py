@@ -79,7 +79,7 @@ def test_an_arguments_file_is_edited_in_place_and_a_cleared_key_removed(tmp_path
                     paddle_version="0.0-fake", budget=Budget(BUDGET, 0.05), target_batch=16, chosen=every_layer,
                     probes=[every_layer])
     spec = SimpleNamespace(arguments=json.loads(original), train=SimpleNamespace(optimizer="adamw"))
-    text, warnings = arguments_file.render(path, spec, report)
+    text, warnings = arguments_file.render(path, spec, report, "TUNED_FILE")
     assert warnings == []
     assert text == ('{\n  "model_name_or_path": "./tiny-llama",\n  "per_device_train_batch_size": 16,   '
                     '"gradient_accumulation_steps": 1,\n  "do_train": true,\n  "fp16": false,\n  "bf16": false,\n'

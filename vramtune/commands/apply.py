@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import shlex
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -47,7 +46,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                      "report names it), or leave out --json to get the file alone on stdout")
         name = common.plain(format_name) or export.default_format(spec_path)
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
-                                       [*(kit_options or []), *(trailing or [])])
+                                       [*(kit_options or []), *(trailing or [])], backend)
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:
@@ -66,10 +65,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         faithful = expressible.faithful_format(export.default_format(spec_path))
         exported = exported_result(spec_session, result, name, faithful)
         note = exported.note(result.chosen, name, faithful)
-        text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result))
+        text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result), out)
         warnings = preferred + ([note] if note else []) + warnings
-        if out is not None:  # the training commands name the file written (TUNED_FILE when it goes to stdout)
-            warnings = [warning.replace("TUNED_FILE", shlex.quote(str(out.resolve()))) for warning in warnings]
         for warning in warnings:
             render.warn(warning)
         if out is None:

@@ -17,6 +17,7 @@ import typer
 from vramtune import __version__, render, session
 from vramtune.commands import packages
 from vramtune.mechanisms import MECHANISMS, strategy_fields
+from vramtune.runner import Backend
 from vramtune.spec import Spec, SpecError, load_spec
 
 EXIT_OK, EXIT_NO_FIT, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -91,22 +92,23 @@ def overrides(budget: str | None, device: str | None, target_batch: int | None =
     return {"budget": budget, "device": device, "train.target_batch": target_batch, "kit.options": kit_options}
 
 
-def load(spec_path: Path, changes: dict[str, Any] | None = None, probing: bool = True) -> Spec:
-    """The spec with command-line overrides; what the user should know about the file is said once. `probing`: the
-    command builds its model, so the packages that build it must be importable (checked before any probe)."""
+def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backend | None = None) -> Spec:
+    """The spec with command-line overrides; what the user should know about the file is said once. `backend`: the
+    command probes through it, so the packages that build the model must be importable there (checked first)."""
     spec = load_spec(spec_path, changes)
-    if probing:
-        packages.require(spec)
+    if backend is not None:
+        packages.require(spec, backend)
     for warning in spec.warnings:
         render.warn(warning)
     return spec
 
 
 def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
-                     flags: dict[str, Any], kit_options: list[str] | None = None) -> Spec:
-    """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags, a kit
-    config's own overrides."""
-    return load(spec_path, {**overrides(budget, device, target_batch, kit_options), **search_overrides(flags)})
+                     flags: dict[str, Any], kit_options: list[str], backend: Backend) -> Spec:
+    """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags, a config's
+    own overrides; checked for the packages the backend's probes need."""
+    return load(spec_path, {**overrides(budget, device, target_batch, kit_options), **search_overrides(flags)},
+                backend)
 
 
 def _save_traceback() -> str:

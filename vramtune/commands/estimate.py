@@ -91,7 +91,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 raise SpecError([Problem(str(spec_path), flag, "applies to a model folder, a config.json or a "
                                                               "PaddleFormers config: a spec's sequence length and "
                                                               "target batch are its own (edit them in the file)")])
-        spec = common.load(spec_path, {"kit.options": options, **({"devices": devices} if devices else {})})
+        spec = common.load(spec_path, {"kit.options": options, **({"devices": devices} if devices else {})}, backend)
         result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
         render.render_estimate(result)
         kit = _kit_options(spec, result.best) if result.best else None

@@ -1,4 +1,5 @@
-"""Before any probe: the packages that build the spec's model are importable here (the probes run this Python)."""
+"""Before any probe: the packages that build the spec's model are importable where the probes run (the real
+backend's children run this Python)."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,14 +8,17 @@ import sys
 from importlib import metadata
 
 from vramtune.estimating.answer import installed_paddle
+from vramtune.runner import Backend, ChildBackend
 from vramtune.sources import SOURCES
 from vramtune.spec import Problem, Spec, SpecError
 
 
-def require(spec: Spec) -> None:
+def require(spec: Spec, backend: Backend) -> None:
     """The packages the spec's model source imports (Source.modules), found without importing them: a missing one is
     bad input said once, not every probe crashing alike. Paddle itself is the device's to report (`describe` says
-    how to install it)."""
+    how to install it); a backend of fake devices (the tests') builds no model."""
+    if not isinstance(backend, ChildBackend):
+        return
     packages = dict.fromkeys(module.partition(".")[0] for module in SOURCES[spec.source].modules)
     missing = [package for package in packages if package != "paddle" and importlib.util.find_spec(package) is None]
     if not missing:

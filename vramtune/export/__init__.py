@@ -57,9 +57,14 @@ def prefer(format_name: str, spec: Any, report: Report) -> tuple[Report, list[st
     return chooser(spec, report) if chooser else (report, [])
 
 
-def render(format_name: str, spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
-    """The output file's text for `apply`, and any warnings."""
-    return FORMATS[format_name].render(spec_path, spec, report)
+TUNED_FILE = "TUNED_FILE"  # what a training command names when the file goes to stdout
+
+
+def render(format_name: str, spec_path: Path, spec: Any, report: Report,
+           output: Path | None = None) -> tuple[str, list[str]]:
+    """The output file's text for `apply`, and any warnings; a format's training command names `output`, the file
+    written (TUNED_FILE when it goes to stdout)."""
+    return FORMATS[format_name].render(spec_path, spec, report, str(output.resolve()) if output else TUNED_FILE)
 
 
 def write(path: Path, text: str, force: bool) -> None:

@@ -18,7 +18,7 @@ ACCEPTED = KNOWN  # the llm scripts' PdArgumentParser: TrainingArguments and the
 _ABSENT = object()
 
 
-def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple[str, list[str]]:
     tuned, warnings = tuned_arguments(Tuned.of(report), spec.train.optimizer)
     kept, left_out = accepted_only(tuned, ACCEPTED, "the llm scripts' PdArgumentParser")
     changes = {key: DELETE if value is None else value for key, value in kept.items()

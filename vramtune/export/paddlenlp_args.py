@@ -58,7 +58,7 @@ def paddlenlp_arguments(spec_name: str, tuned: Tuned, learning_rate: float,
     return kept, warnings + left_out
 
 
-def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple[str, list[str]]:
     arguments, warnings = paddlenlp_arguments(spec.name, Tuned.of(report), spec.train.learning_rate,
                                               spec.train.optimizer)
     return json.dumps(arguments, indent=2) + "\n", warnings

@@ -23,5 +23,5 @@ def tuned_yaml(spec_text: str, section: dict[str, Any]) -> str:
     return f"{body}\n\n{HEADER}{block}"
 
 
-def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple[str, list[str]]:
     return tuned_yaml(spec_path.read_text(encoding="utf-8"), Tuned.of(report).to_json()), []

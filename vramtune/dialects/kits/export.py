@@ -35,11 +35,11 @@ def is_tuned(option: str, keys: set[str]) -> bool:
     return any(key == tuned or key.startswith(f"{tuned}.") for tuned in keys)
 
 
-def command(kit: Any, spec: Any, changed: set[str]) -> str:
+def command(kit: Any, spec: Any, changed: set[str], tuned_file: str) -> str:
     """How to train the tuned file: the kit's tools/train.py, with the user's -o options that are not tuned keys."""
     options = [option for option in spec.model.options if not is_tuned(option, changed)]
-    return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py {kit.config_flag} TUNED_FILE"
-            f"{kit.command_options(options)}")
+    return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py {kit.config_flag} "
+            f"{shlex.quote(tuned_file)}{kit.command_options(options)}")
 
 
 def prefer(spec: Any, report: Report) -> tuple[Report, list[str]]:
@@ -61,7 +61,7 @@ def prefer(spec: Any, report: Report) -> tuple[Report, list[str]]:
         "closest to the config's"]
 
 
-def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple[str, list[str]]:
     from vramtune.dialects.kits import KITS
 
     kit, text = KITS[spec.source], Path(spec.model.config).read_text(encoding="utf-8")
@@ -75,7 +75,7 @@ def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
         flag = kit.option_flag
         warnings.append(f"{flag} {f' {flag} '.join(overridden)}: tuned in the file now; do not pass them to the kit "
                         "again")
-    warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys))
+    warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys, tuned_file))
     return tuned, warnings
 
 

@@ -29,15 +29,16 @@ def tuned_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
     return {key: value for key, value in changes.items() if value is DELETE or config.get(key) != value}
 
 
-def render(spec_path: Path, spec: Any, report: Report) -> tuple[str, list[str]]:
+def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple[str, list[str]]:
     config, tuned = read_config(spec_path), Tuned.of(report)
     changes = tuned_keys(config, tuned)
     text = spec_path.read_text(encoding="utf-8")
     text, _ = set_keys(text, changes, "json" if spec_path.suffix == ".json" else "yaml")
-    return text, command_warnings(config, spec.model.arguments, {*tuned_keys({}, tuned), *changes})
+    return text, command_warnings(config, spec.model.arguments, {*tuned_keys({}, tuned), *changes}, tuned_file)
 
 
-def command_warnings(config: dict[str, Any], arguments: dict[str, Any], tuned: set[str]) -> list[str]:
+def command_warnings(config: dict[str, Any], arguments: dict[str, Any], tuned: set[str],
+                     tuned_file: str) -> list[str]:
     """With key=value overrides given after the file (`arguments`: the file's keys with them): the ones that set a
     tuned key (they would override the tuned value), and the command that trains the tuned file with the others."""
     overrides = {key: value for key, value in arguments.items() if key not in config or config[key] != value}
@@ -48,7 +49,7 @@ def command_warnings(config: dict[str, Any], arguments: dict[str, Any], tuned: s
     overriding = [item for item, key in zip(given, overrides) if key in tuned]
     warnings = [f"{' '.join(overriding)}: tuned in the file now; passing them again would override the tuned "
                 "value"] if overriding else []
-    return [*warnings, "train the tuned file with: " + shlex.join(["paddleformers-cli", "train", "TUNED_FILE", *kept])]
+    return [*warnings, "train the tuned file with: " + shlex.join(["paddleformers-cli", "train", tuned_file, *kept])]
 
 
 def output_name(spec_path: Path) -> str:
