@@ -30,7 +30,7 @@ CEILING = {  # 286 in all on 2026-12-02 (0175a88), strict; 124 strict and 41 by 
     "estimating": 13,  # estimating/run.py's
     "dialects/kits": 5,
     "dialects/paddleformers": 1,  # building.py imports PaddleFormers' own LoRA layers: paddleformers.peft is its path
-    "commands": 2,
+    "commands": 1,
 }
 GOAL = 20  # issue 28's goal for all of them together
 
