@@ -78,3 +78,51 @@ def test_measure_verbose_says_where_the_probe_time_went(cli):
     line = err.splitlines()[-1].split()
     assert line[0::2] == ["import", "build", "shape_check", "prepare", "warmup", "steps", "after", "rest"], err
     assert all(value.endswith("s") and float(value[:-1]) >= 0 for value in line[1::2])
+
+
+def factory_spec(tmp_path: Path, body: str) -> Path:
+    """A spec whose factory runs `body` (with os, time and paddle imported, FILE its record) when a probe builds."""
+    (tmp_path / "model.py").write_text(
+        "import os, time, paddle\n"
+        f"FILE = {str(tmp_path / 'record')!r}\n"
+        "def build():\n" + "".join(f"    {line}\n" for line in body.splitlines()) +
+        "    return paddle.nn.Linear(4, 2)\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: {source: python, factory: 'model:build'}\n"
+                    "data: {inputs: [{shape: [4]}], labels: {shape: [], dtype: int64, high: 2}}\n"
+                    "train: {target_batch: 4}\ndevice: cpu\nbudget: 64MiB\nprobe: {steps: 1, warmup: 1}\n")
+    return spec
+
+
+def test_a_probe_is_answered_once_its_result_is_written_and_gone_before_the_next_starts(tmp_path):
+    """The server answers as soon as a probe's result is on disk (its exit overlaps the parent's reading), and reaps
+    it before it forks the next probe: each probe finds every earlier probe gone from /proc, not even a zombie."""
+    spec = load_spec(factory_spec(tmp_path, "earlier = open(FILE).read().split() if os.path.exists(FILE) else []\n"
+                                            "alive = [p for p in earlier if os.path.exists(f'/proc/{p}')]\n"
+                                            "open(FILE, 'a').write(f'{os.getpid()} {len(alive)}\\n')"))
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec.budget, 0.05)
+    for micro in (4, 2, 1):
+        job = job_for(spec, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
+        assert backend.measure(job, 60, budget).status == "measured"
+    backend.fork_server.close()
+    rows = [line.split() for line in (tmp_path / "record").read_text().splitlines()]
+    assert len({pid for pid, _ in rows}) == 3 and [alive for _, alive in rows] == ["0", "0", "0"], rows
+
+
+def test_a_probe_that_dies_without_a_result_is_answered_when_it_dies_not_when_its_children_do(tmp_path):
+    """A probe that leaves a child holding what it would announce its result on, then dies: its exit code is
+    answered at once (the child, which would sleep a minute, is ended with the probe's marker)."""
+    spec = load_spec(factory_spec(tmp_path, "if os.fork() == 0:\n"
+                                            "    time.sleep(60)\n"
+                                            "    os._exit(0)\n"
+                                            "os._exit(3)"))
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec.budget, 0.05)
+    job = job_for(spec, Strategy(micro_batch=4), device, budget)
+    result = backend.measure(job, 50, budget)
+    backend.fork_server.close()
+    assert result.status == "crashed" and result.error.startswith("exit code 3 without a result"), result
+    assert result.seconds < 40, result

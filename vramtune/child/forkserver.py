@@ -11,7 +11,10 @@ been initialised: the parent uses the server for CPU probes only. The server die
 with the server (PR_SET_PDEATHSIG).
 
 Requests: {"arguments": [...], "env": {...}, "cwd": FOLDER, "stderr": PATH, "modules": [...]}. For each, the
-server answers {"pid": N} once the probe runs and {"pid": N, "returncode": R} when it ended (-S: killed by signal S).
+server answers {"pid": N} once the probe runs and {"pid": N, "returncode": R} when it ended (-S: killed by signal S),
+or R = 0 as soon as the probe says its result is on disk and its streams flushed (worker.ON_RESULT): the kernel's
+teardown of the probe's memory then overlaps the parent's reading of the result, and the server reaps the probe
+before it forks the next one, so no two probes ever run at once.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -31,13 +35,13 @@ def _answer(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _probe(request: dict[str, Any], forked_at: float, set_by_imports: dict[str, str]) -> None:
+def _probe(request: dict[str, Any], forked_at: float, set_by_imports: dict[str, str], announce: int) -> None:
     """In the forked child: become the worker process the request describes, run it, exit without teardown.
 
     Its environment is the request's plus what the server's imports set in it, as a fresh worker's would be after
     the same imports: Paddle sets OMP_NUM_THREADS=1 at import, and the OpenMP runtime, reset by the fork, reads it
     again at the probe's first kernel (without it MKL ran on every core, spinning, and a forked probe trained up to
-    2x slower than a fresh one on a busy machine)."""
+    2x slower than a fresh one on a busy machine). It writes a byte to `announce` once its result is written."""
     os.setsid()  # the worker then dies with the server (PR_SET_PDEATHSIG, as with a launcher)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     code = 1
@@ -55,6 +59,7 @@ def _probe(request: dict[str, Any], forked_at: float, set_by_imports: dict[str, 
         from vramtune.child import worker
 
         worker.STARTED = forked_at
+        worker.ON_RESULT = lambda: os.write(announce, b"1")
         worker.main(request["arguments"])  # exits itself once its result is written
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
@@ -67,6 +72,20 @@ def _probe(request: dict[str, Any], forked_at: float, set_by_imports: dict[str, 
         os._exit(code)
 
 
+def _outcome(pid: int, announced: int) -> tuple[int, bool]:
+    """(return code, whether the probe is still to be reaped): 0 as soon as the probe announces its result, else its
+    exit status once it ended without announcing one (a crash, a kill). Where there are no pidfds, its exit."""
+    if hasattr(os, "pidfd_open"):
+        exited = os.pidfd_open(pid)
+        try:  # a grandchild may hold the announce pipe open: the probe's own exit is watched apart
+            readable = select.select([announced, exited], [], [])[0]
+            if announced in readable and os.read(announced, 1):
+                return 0, True
+        finally:
+            os.close(exited)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), False
+
+
 def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     started_with = dict(os.environ)
@@ -75,18 +94,27 @@ def serve() -> None:
     from vramtune import sources  # noqa: F401  and what the worker imports when it runs
     from vramtune.child import building, counters, device, preparing, training, worker  # noqa: F401
 
+    exiting = None  # the last probe, announced but not reaped yet
     for line in sys.stdin:
         request = json.loads(line)
+        if exiting is not None:
+            os.waitpid(exiting, 0)
+            exiting = None
         for module in request.get("modules", []):
             importlib.import_module(module)
         set_by_imports = {k: v for k, v in os.environ.items() if started_with.get(k) != v}
+        announced, announce = os.pipe()
         forked_at = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _probe(request, forked_at, set_by_imports)
+            os.close(announced)
+            _probe(request, forked_at, set_by_imports, announce)
+        os.close(announce)
         _answer({"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        _answer({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+        returncode, still_exiting = _outcome(pid, announced)
+        os.close(announced)
+        exiting = pid if still_exiting else None
+        _answer({"pid": pid, "returncode": returncode})
     os._exit(0)  # vramtune is done with it: skip the interpreter's teardown of Paddle (over a second with PaddleNLP)
 
 

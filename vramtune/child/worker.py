@@ -19,7 +19,7 @@ import time
 import zlib  # noqa: F401  before Paddle: 2.6's libpaddle exports its own zlib, which breaks Python's if loaded first
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from vramtune.files import write_atomic
 from vramtune.oom import is_oom
@@ -30,6 +30,7 @@ from vramtune.text import short_error
 
 MAX_EXTRA_WARMUP = 8  # warmup steps added while the optimizer state does not exist yet
 STARTED = time.monotonic()  # when this process started (a forked probe: when it was forked)
+ON_RESULT: Callable[[], Any] | None = None  # called once the result is on disk (the fork server answers then)
 
 
 class Phases:
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     write_atomic(f"{args.out}.rank{rank()}" if world_size() > 1 else args.out, json.dumps(payload))
     sys.stdout.flush()
     sys.stderr.flush()
+    if ON_RESULT is not None:
+        ON_RESULT()
     os._exit(0)  # the result is on disk: skip the interpreter's teardown (over a second with PaddleNLP loaded)
 
 
