@@ -4,9 +4,10 @@ devices). tests/formers/test_check_formers_file.py runs the same gate for real o
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
-from conftest import CONFIGS, SPECS
+from conftest import CONFIGS, SPECS, needs_paddlenlp
 from fakes import FakeDevice, MiB
 
 from vramtune.recorded_budget import recorded_budget, with_budget_line
@@ -75,6 +76,50 @@ def test_the_precision_a_gpu_file_states_is_measured(fake_cli, formers_file):
     code, _, err = cli("check", path, "--budget", "64MiB")
     assert code == 0 and err.startswith("note: the file's strategy: bf16-o2 m=2 k=2 r=0 (--budget 64.0 MiB)\n")
     assert backend.jobs[-1].strategy["precision"] == "bf16-o2"
+
+
+def test_check_reads_back_the_strategy_apply_wrote(fake_cli, formers_file):
+    """Whatever the search chose (here AMP and accumulation on a small card), check measures that: apply's writer is
+    the one mapping both read."""
+    cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB, amp_factor=0.5,
+                                       amp_speed=2.0))
+    path = formers_file(("device: cpu\n", ""), ("compute_type: float32", "compute_type: bf16"),
+                        ("per_device_train_batch_size: 2", "per_device_train_batch_size: 16"))
+    code, out, err = cli("apply", path, "--budget", "30MiB", "--no-recompute", "--json")
+    assert code == 0, err
+    chosen = {key: json.loads(out)["chosen"][key] for key in ("precision", "micro_batch", "accumulation")}
+    assert chosen == {"precision": "bf16", "micro_batch": 8, "accumulation": 4}  # the file said 16 x 2
+    code, out, err = cli("check", path.with_name("sft.tuned.yaml"), "--budget", "30MiB", "--json")
+    measured = json.loads(out)["measured"]
+    assert code == 0, err
+    assert {key: measured[key] for key in chosen} == chosen == {key: backend.jobs[-1].strategy[key] for key in chosen}
+
+
+@needs_paddlenlp
+def test_a_paddlenlp_arguments_file_is_read_by_its_keys(fake_cli, tmp_path, monkeypatch):
+    """As apply writes it back (do_train, fp16, recompute and optim stated); a key apply would add is named, exit 2:
+    check never guesses what a parser's default is."""
+    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
+    monkeypatch.chdir(tmp_path)
+    arguments = {"model_name_or_path": "./tiny-llama", "output_dir": "./checkpoints", "max_length": 64,
+                 "learning_rate": 3e-5, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+                 "bf16": True, "fp16_opt_level": "O2"}
+    stated = {"do_train": True, "fp16": False, "recompute": False, "optim": "adamw"}
+    path, short = tmp_path / "args.json", tmp_path / "short.json"
+    path.write_text(json.dumps({**arguments, **stated}))
+    short.write_text(json.dumps(arguments))
+    cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB))
+    code, _, err = cli("check", path, "--budget", "64MiB")
+    assert code == 0 and err.startswith("note: the file's strategy: bf16-o2 m=4 k=2 r=0 (--budget 64.0 MiB)\n"), err
+    assert backend.jobs[-1].strategy["precision"] == "bf16-o2"
+    assert cli("check", short, "--budget", "64MiB") == (2, "", (
+        f"error: {short}: check measures the strategy the file states, read as `vramtune apply` writes it, and no "
+        "strategy it reads writes this file unchanged; the nearest would change do_train: True (added); fp16: False "
+        "(added); recompute: False (added); optim: 'adamw' (added) (a count, such as the layers recomputed or a "
+        "partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K ... --budget "
+        "B`)\n"))
+    assert cli("check", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
+                                         "the one it must fit, e.g. --budget 24GiB)\n")  # JSON has no comments
 
 
 def test_bad_input_exits_2_and_measures_nothing(fake_cli, formers_file, tmp_path):
