@@ -86,3 +86,14 @@ def test_estimate_of_a_model_folder_refuses_a_configs_overrides(fake_cli):
         assert err == (f"error: {folder}: key=value overrides apply to a config of a tool (PaddleFormers, a kit); a "
                        "model folder or config.json is estimated from its sizes: --seq-len and --batch give the "
                        "run\n")
+
+
+def test_plot_refuses_stdout_and_says_the_png_it_writes_for_a_name_without_suffix(fake_cli, tmp_path):
+    cli, _ = fake_cli(small())
+    assert cli("probe", SPEC)[0] == 0
+    code, out, err = cli("plot", SPEC, "-o", "-")
+    assert (code, out, err) == (2, "", "error: -o -: plot writes a PNG file, not to stdout; name the file (default "
+                                       "memory.png)\n")
+    code, _, err = cli("plot", SPEC, "-o", tmp_path / "chart")
+    assert (code, err) == (0, f"wrote {tmp_path / 'chart.png'}\n")
+    assert [path.name for path in tmp_path.glob("chart*")] == ["chart.png"]

@@ -36,8 +36,8 @@ TargetOpt = typer.Option(None, "--target-batch", help="effective batch size (ove
 TrailingArg = typer.Argument(None, metavar="[KEY=VALUE]...", show_default=False,
                              help="the config's own overrides after the file, as paddleformers-cli train takes them "
                                   "(the same as -O KEY=VALUE)")
-KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit config's own override (its -o, "
-                      "e.g. -O Global.epochs=1); repeat for several")
+KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit or PaddleFormers config's own "
+                      "override (a kit's -o, e.g. -O Global.epochs=1); repeat for several")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "
                           "shape check, prepare, warmup, measured steps, after)")
 

@@ -21,6 +21,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
              target_batch: Optional[int] = common.TargetOpt,
              kit_options: Optional[List[str]] = common.KitOpt) -> None:
         """Draw the saved probes: peak memory against micro-batch, the budget line, the choice (a PNG)."""
+        if str(output) == "-":
+            raise export.ExportError("-o -: plot writes a PNG file, not to stdout; name the file (default memory.png)")
+        output = output if output.suffix else output.with_suffix(".png")  # matplotlib adds it: say the file written
         if importlib.util.find_spec("matplotlib") is None:
             raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
         spec = common.load(spec_path, common.overrides(budget, device, target_batch,
