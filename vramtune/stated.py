@@ -11,6 +11,7 @@ strategy; a key the writer leaves out
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from vramtune.spec import Spec
 from vramtune.strategy import Strategy
 
 BATCH = ("micro_batch", "accumulation")
+ADDED = " (added)"
 
 
 def batches(per_rank: int) -> list[dict[str, int]]:
@@ -60,13 +62,14 @@ def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
     batches are tried nearest the file's first (fewest keys changed with the rest at `base`): a kit's YAML takes a
     tenth of a second a reading, and a render reads it twice."""
     path = Path(spec.path)
-    data, format_name = flat(tags.safe_load(path.read_text(encoding="utf-8"))), export.default_format(path)
+    parse = json.loads if path.suffix == ".json" else tags.safe_load  # a JSON file may be indented with tabs
+    data, format_name = flat(parse(path.read_text(encoding="utf-8"))), export.default_format(path)
     read: dict[str, dict[str, Any]] = {}  # an export's text -> its keys (strategies alike for the format write alike)
 
     def changed(strategy: Strategy) -> list[str]:
         text = exported(spec, strategy, device_kind, format_name)
         if text not in read:
-            read[text] = flat(tags.safe_load(text))
+            read[text] = flat(parse(text))
         return changed_keys(data, read[text])
 
     base = strategy_from_flags(spec, {"micro_batch": 1})  # the fields the spec fixes (its ranks), the rest defaults
@@ -76,12 +79,17 @@ def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
         differences = changed(strategy)
         if not differences:
             return strategy
-        nearest = differences if nearest is None or len(differences) < len(nearest) else nearest
+        nearest = min(nearest or differences, differences, key=_distance)
     raise SpecError([Problem(spec.path, "", (
         "check measures the strategy the file states, read as `vramtune apply` writes it, and no strategy it reads "
         f"writes this file unchanged; the nearest would change {'; '.join(nearest or [])} (a count, such as the layers "
         "recomputed or a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K "
         "... --budget B`)"))])
+
+
+def _distance(differences: list[str]) -> tuple[int, int]:
+    """The fewest keys changed, and of those the most only added (a key the file leaves to its parser's default)."""
+    return len(differences), sum(not word.endswith(ADDED) for word in differences)
 
 
 def flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -100,7 +108,7 @@ def changed_keys(data: dict[str, Any], written: dict[str, Any]) -> list[str]:
         if key not in written:
             words.append(f"{name}: {data[key]!r} (removed)")
         elif key not in data:
-            words.append(f"{name}: {written[key]!r} (added)")
+            words.append(f"{name}: {written[key]!r}{ADDED}")
         elif written[key] != data[key]:
             words.append(f"{name}: {data[key]!r} -> {written[key]!r}")
     return words
