@@ -69,13 +69,13 @@ def register(app: typer.Typer, backend: Backend) -> None:
         warnings = preferred + ([note] if note else []) + warnings
         for warning in warnings:
             render.warn(warning)
-        if out is None:
+        if out is None:  # -o - (never with --json)
             print(text, end="", flush=True)
-        else:
-            export.write(out, text, force)
-            render.say(f"wrote {out}")
+            return
+        export.write(out, text, force)
+        render.say(f"wrote {out}")
         if json_output:
-            render.emit_json({"output": str(out) if out else "-", "format": name, "warnings": warnings,
+            render.emit_json({"output": str(out), "format": name, "warnings": warnings,
                               "chosen": result.chosen.to_json(), "exported": exported.result.to_json(),
                               "exported_instead_because": exported.why})
 
