@@ -14,11 +14,12 @@ import queue
 import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, row
+from vramtune.estimating.sequence import CHECK_TOLERANCE, extrapolated, probe_sequences
 from vramtune.forking import ForkServer
 from vramtune.mechanisms import MECHANISMS, micro_batch_floor
 from vramtune.mechanisms.precision import level_of
@@ -65,6 +66,7 @@ class Estimate:
     buffer_ratio: float = 0.0  # data parallel's buffers over the gradients, measured at 2 ranks (devices > 1)
     probe_log: list[dict[str, Any]] = field(default_factory=list)  # each probe: what, when, its phases' seconds
     least_micro_batch: int = 1  # the floor `vramtune probe` keeps (a BatchNorm model's): no best below it
+    sequence_fits: list[dict[str, Any]] = field(default_factory=list)  # probes extrapolated from shorter sequences
 
     @property
     def best(self) -> Row | None:
@@ -79,7 +81,7 @@ class Estimate:
                 "width_scale": self.width_scale, "rows": [r.to_json() for r in self.rows],
                 "best": best.to_json() if best else None, "seconds": round(self.seconds, 2), "probes": self.probes,
                 "buffer_ratio": self.buffer_ratio, "notes": self.notes, "probe_log": self.probe_log,
-                "least_micro_batch": self.least_micro_batch}
+                "least_micro_batch": self.least_micro_batch, "sequence_fits": self.sequence_fits}
 
 
 def _layer_key(shape: dict[str, Any]) -> str | None:
@@ -101,13 +103,14 @@ def width_scale(counts: Counts, base: Counts) -> float:
     return scale
 
 
-def _probe_spec(spec: Spec, depth: int | None, scale: float, shape: dict[str, Any], vocab: int | None = None) -> Spec:
+def _probe_spec(spec: Spec, depth: int | None, scale: float, shape: dict[str, Any], vocab: int | None = None,
+                seq: int | None = None) -> Spec:
     """The spec shrunk for a probe: depth layers (None: as it is), width x scale, a vocabulary of `vocab` entries
-    (None: the model's), on CPU, one warmup and one measured step (the spec's steps where its steps take turns
-    over input shapes), no evaluation."""
+    (None: the model's), a sequence of `seq` tokens (None: the spec's), on CPU, one warmup and one measured step (the
+    spec's steps where its steps take turns over input shapes), no evaluation."""
     steps = spec.probe.steps if SOURCES[spec.source].shapes_per_step else 1
     raw = apply_overrides(spec.raw, {"device": "cpu", "budget": PROBE_BUDGET, "headroom": 0.0, "devices": 1,
-                                     "probe.steps": steps, "probe.warmup": 1})
+                                     "probe.steps": steps, "probe.warmup": 1, "data.seq_len": seq})
     raw.get("train", {}).pop("evaluation", None)
     overrides = dict(raw["model"].get("overrides") or {})
     key = _layer_key(shape)
@@ -147,11 +150,18 @@ def _activations(result: ProbeResult) -> float:
 class _Prober:
     """The CPU probes of one estimate: the spec shrunk to a depth (and width, and vocabulary), SIDE_BY_SIDE at once
     (each backend with a fork server of its own: one server forks one probe at a time); probes may be asked ahead
-    (`ask`), and each is said, in the order they are collected (`probe`), so the output does not depend on timing."""
+    (`ask`), and each is said, in the order they are collected (`probe`), so the output does not depend on timing.
+    Where the model's sequence is long (sequence.probe_sequences), each probe is four at shorter sequences whose
+    activations, fitted and checked, are extrapolated to the model's; one at the whole sequence where the check
+    fails."""
 
     def __init__(self, spec: Spec, backend: Any, cpu: Any, scale: float, shape: dict[str, Any], vocab: int | None,
                  say: Say):
         self.spec, self.cpu, self.scale, self.shape, self.vocab, self.say = spec, cpu, scale, shape, vocab, say
+        self.seq_len = getattr(spec.model, "seq_len", 0) or 0
+        self.sequences = probe_sequences(self.seq_len)
+        self.whole: list[tuple] = []  # the probes at the whole sequence: where the shorter ones' fit was not exact
+        self.fits: list[dict[str, Any]] = []  # each extrapolated probe's c + a s + b s^2
         self.asked: dict[tuple, Future] = {}
         self.log: list[dict[str, Any]] = []
         self.start = time.monotonic()
@@ -182,16 +192,28 @@ class _Prober:
 
     def ask(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full", devices: int = 1,
             vocab: int | None = None) -> tuple:
-        """Start a probe (once); returns its key."""
-        vocab = vocab or self.vocab
-        key = (depth, micro, blocks, granularity, devices, vocab)
-        if key not in self.asked:
-            spec = _probe_spec(self.spec, depth, self.scale, self.shape, vocab)
-            strategy = Strategy(micro_batch=micro, recomputed_blocks=blocks, recompute_granularity=granularity,
-                                devices=devices)
-            # the data's shapes are checked once: the depth, width and vocabulary change no shape the data meets
-            self.asked[key] = self.pool.submit(self._measure, spec, strategy, not self.asked, key)
+        """Start a probe (once: at the shorter sequences, or the whole one); returns its key."""
+        key = (depth, micro, blocks, granularity, devices, vocab or self.vocab)
+        for seq in self._shorter(key) or (None,):
+            self._ask_at(key, seq)
         return key
+
+    def _shorter(self, key: tuple, rung: int = 0) -> tuple[int, ...] | None:
+        """The shorter sequences probe `key` runs at, at a rung (None: the whole one). Not with layers recomputed: on
+        Paddle 2.6, whose peak counts from the process's start, the build's temporaries of the raised vocabulary's
+        embedding and head (Llama-2-7B's at 26,960 entries: 113.7 MiB) set their peak up to a quarter of the
+        sequence."""
+        return None if key[2] or not self.sequences else probe_sequences(self.seq_len, rung)
+
+    def _ask_at(self, key: tuple, seq: int | None) -> None:
+        if (*key, seq) in self.asked:
+            return
+        depth, micro, blocks, granularity, devices, vocab = key
+        spec = _probe_spec(self.spec, depth, self.scale, self.shape, vocab, seq)
+        strategy = Strategy(micro_batch=micro, recomputed_blocks=blocks, recompute_granularity=granularity,
+                            devices=devices)
+        # the data's shapes are checked once: the depth, width and vocabulary change no shape the data meets
+        self.asked[(*key, seq)] = self.pool.submit(self._measure, spec, strategy, not self.asked, (*key, seq))
 
     def _measure(self, spec: Spec, strategy: Strategy, check_sample: bool, key: tuple) -> ProbeResult:
         budget = Budget(PROBE_BUDGET, 0.0)
@@ -206,25 +228,54 @@ class _Prober:
             result = backend.measure(job, spec.probe.timeout, budget).judged(budget)
         finally:
             self.backends.put(backend)
-        self.log.append({"probe": dict(zip(("depth", "micro_batch", "recomputed", "granularity", "devices", "vocab"),
-                                           key)),
+        self.log.append({"probe": dict(zip(("depth", "micro_batch", "recomputed", "granularity", "devices", "vocab",
+                                            "seq"), key)),
                          "started": round(started, 2), "ended": round(time.monotonic() - self.start, 2),
                          "phases": result.phases, "activations": result.peak_bytes and result.state_bytes
                          and result.peak_bytes - result.state_bytes})
         return result
+
+    def _result(self, key: tuple) -> ProbeResult:
+        result = self.asked[key].result()
+        if result.error_kind == "build":
+            raise BuildFailure(result.error)
+        return result
+
+    def _collected(self, key: tuple) -> tuple[ProbeResult, str]:
+        """The probe `key` at the whole sequence, and how it was found: extrapolated from the shorter sequences where
+        their fit is exact (a result of the longest of them with the extrapolated peak), else probed."""
+        rung = 0
+        while sequences := self._shorter(key, rung):
+            for seq in sequences:
+                self._ask_at(key, seq)
+            shorter = {seq: self._result((*key, seq)) for seq in sequences}
+            found = extrapolated({seq: _activations(result) for seq, result in shorter.items()}, self.seq_len)
+            rung += 1
+            if found:
+                activations, (c, a, b) = found
+                longest = shorter[max(sequences)]
+                self.fits.append({"probe": dict(zip(("depth", "micro_batch", "recomputed", "granularity", "devices",
+                                                     "vocab"), key)),
+                                  "sequences": sorted(sequences), "constant": float(c), "linear": float(a),
+                                  "square": float(b)})
+                return replace(longest, peak_bytes=longest.state_bytes + round(activations),
+                               seconds=sum(result.seconds for result in shorter.values())), \
+                    f"seq {', '.join(map(str, sorted(sequences)))} extrapolated to {self.seq_len}, "
+        if rung:
+            self.whole.append(key)
+        self._ask_at(key, None)
+        return self._result((*key, None)), ""
 
     def probe(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full",
               devices: int = 1, vocab: int | None = None) -> ProbeResult:
         key = self.ask(depth, micro, blocks, granularity, devices, vocab)
         if key in self.results:
             return self.results[key]
-        result = self.asked[key].result()
-        if result.error_kind == "build":
-            raise BuildFailure(result.error)
+        result, how = self._collected(key)
         self.results[key] = result
         self.say(f"  probe depth {depth or 'full'} m={micro}" + (f" recompute {blocks}" if blocks else "")
-                 + (f" on {devices} ranks" if devices > 1 else "") + (f" vocabulary {key[-1]:,}" if key[-1] else "")
-                 + f": activations {_activations(result) / 2**20:.1f} MiB ({result.seconds:.1f}s)")
+                 + (f" on {devices} ranks" if devices > 1 else "") + (f" vocabulary {key[5]:,}" if key[5] else "")
+                 + f": activations {_activations(result) / 2**20:.1f} MiB ({how}{result.seconds:.1f}s)")
         return result
 
     def buffer_ratio(self, depth: int | None, micro: int) -> float:
@@ -252,10 +303,12 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     depths, recompute_depths = (DEPTHS, RECOMPUTE_DEPTHS) if reduced else ((None,), (None,))
     probed = f"depth {', '.join(map(str, sorted({*DEPTHS, *RECOMPUTE_DEPTHS})))} of {counts.layers}" if reduced \
         else "full depth"
-    say(f"estimating {spec.name}: {counts.params:,} parameters ({counts.trainable:,} trained) counted without "
-        f"allocating them; activations from CPU probes at {probed}" + (f", width x{scale:g}" if scale < 1 else ""))
     vocab = probe_vocab(spec, counts.shape)
     prober = _Prober(spec, backend, cpu, scale, counts.shape, vocab, say)
+    say(f"estimating {spec.name}: {counts.params:,} parameters ({counts.trainable:,} trained) counted without "
+        f"allocating them; activations from CPU probes at {probed}" + (f", width x{scale:g}" if scale < 1 else "")
+        + (f", sequence {', '.join(map(str, sorted(prober.sequences)))} of {prober.seq_len}" if prober.sequences
+           else ""))
     try:
         with file_lock(device_lock_path(cpu), say, f"probing on {cpu.name}"):
             plain, recomputed, floor, logits = _probe_activations(prober, depths, recompute_depths, counts,
@@ -276,13 +329,35 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     least = min(least, spec.micro_batches()[0])  # a target below the floor is its own micro-batch
     if least > 1:
         notes.append(f"no micro-batch below {least} is chosen, as `vramtune probe` chooses none: {why}")
+    notes += _sequence_notes(prober)
     if vocab:
         notes.append(f"the probes' vocabulary was {vocab:,} of {counts.shape['vocab_size']:,} entries: the logits, "
                      f"{logits / max(1, getattr(spec.model, 'seq_len', 1)):.2f} bytes per token and vocabulary entry "
                      f"(measured at {vocab:,} and {2 * vocab:,}), scale the activations back")
     return Estimate(spec.name, card_bytes, budget, devices, counts, fit, factors, rows, probed, scale,
                     time.monotonic() - start, prober.count, notes, buffer_ratio=ratio, probe_log=prober.log,
-                    least_micro_batch=least)
+                    least_micro_batch=least, sequence_fits=prober.fits)
+
+
+def _sequence_notes(prober: _Prober) -> list[str]:
+    """How the probes at shorter sequences stood in for the model's (none where they did not run)."""
+    if not prober.sequences:
+        return []
+    rungs = []
+    for rung in itertools.count():
+        sequences = probe_sequences(prober.seq_len, rung)
+        if not sequences:
+            break
+        checked, *fitted = sequences
+        rungs.append(f"{', '.join(map(str, fitted))} checked at {checked}")
+    note = (f"the probes that keep every layer's activations ran at shorter sequences than the model's "
+            f"{prober.seq_len}: their activations fitted as c + a s + b s^2 through {rungs[0]}"
+            + "".join(f"; where it missed (by more than {CHECK_TOLERANCE:.0e} of it), through {r}" for r in rungs[1:])
+            + f"; extrapolated to {prober.seq_len}")
+    if prober.whole:
+        note += "; not exact, so probed at the whole sequence: " + ", ".join(
+            f"depth {d or 'full'} m={m}" + (f" vocabulary {v:,}" if v else "") for d, m, *_, v in prober.whole)
+    return [note]
 
 
 def _logits_per_entry(prober: _Prober, depth: int | None, micro: int) -> float:

@@ -1,0 +1,61 @@
+"""`vramtune estimate` with the probes at shorter sequences (issue 27): the tiny Llama (8,000-entry vocabulary) at
+sequence 1024, each probe without recompute run at 64 to 384 tokens, fitted as c + a s + b s^2 and extrapolated,
+against the same estimate probed at the whole sequence: every probe's activations and every row's peak."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import SPECS, needs_paddlenlp
+
+from vramtune.estimating import run
+
+pytestmark = [pytest.mark.paddle, needs_paddlenlp]
+
+SEQ = 1024
+TOLERANCE = 1e-4  # sequence.CHECK_TOLERANCE: the fit is exact to the byte on Llama's shapes, this is the check's
+
+
+@pytest.fixture
+def long_sequence(tmp_path, monkeypatch):
+    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
+    config = tmp_path / "tiny-llama" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "max_position_embeddings": SEQ,
+                                  "vocab_size": 8000}))
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "per_device_train_batch_size": 4,
+                                "max_length": SEQ, "device": "cpu"}))
+    return path
+
+
+def estimated(cli, path) -> dict:
+    code, out, err = cli("estimate", path, "--card", "1GiB", "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_probes_at_shorter_sequences_extrapolate_to_the_probe_at_the_whole_sequence(cli, long_sequence,
+                                                                                   monkeypatch):
+    shorter = estimated(cli, long_sequence)
+    # every probe without recompute at 64, 128, 192 checked at 256, where 64 sits on a floor (the 8,000-entry
+    # vocabulary's build) again at 128, 192, 256 checked at 384; with every layer recomputed at the whole sequence
+    assert {p["probe"]["seq"] for p in shorter["probe_log"] if not p["probe"]["recomputed"]} == {64, 128, 192, 256, 384}
+    assert {p["probe"]["seq"] for p in shorter["probe_log"] if p["probe"]["recomputed"]} == {None}
+    note = next(note for note in shorter["notes"] if "shorter sequences" in note)
+    assert "through 64, 128, 192 checked at 256; where it missed" in note and "whole sequence" not in note, note
+    monkeypatch.setattr(run, "probe_sequences", lambda seq: None)
+    whole = estimated(cli, long_sequence)
+    assert {p["probe"]["seq"] for p in whole["probe_log"]} == {None}
+    probed = {tuple(p["probe"][k] for k in ("depth", "micro_batch", "recomputed", "vocab")): p["activations"]
+              for p in whole["probe_log"]}
+    fits = shorter["sequence_fits"]
+    assert len(fits) == 3  # depth 1 at 1 and 2 samples, depth 2
+    for fit in fits:
+        key = tuple(fit["probe"][k] for k in ("depth", "micro_batch", "recomputed", "vocab"))
+        c, a, b = fit["constant"], fit["linear"], fit["square"]
+        assert c + a * SEQ + b * SEQ * SEQ == pytest.approx(probed[key], rel=TOLERANCE), (key, fit)
+    for mine, theirs in zip(shorter["rows"], whole["rows"], strict=True):
+        assert mine["peak_bytes"] == pytest.approx(theirs["peak_bytes"], rel=TOLERANCE), (mine, theirs)
+    assert shorter["best"] == whole["best"]
