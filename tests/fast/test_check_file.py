@@ -144,3 +144,13 @@ def test_bad_input_exits_2_and_measures_nothing(fake_cli, formers_file, tmp_path
         "layers recomputed or a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M "
         "-k K ... --budget B`)\n"))
     assert backend.jobs == []
+
+
+def test_budget_on_a_tuned_spec_judges_that_budget_instead_of_the_tuned_one(fake_cli, tmp_path):
+    cli, _ = fake_cli(FakeDevice(per_sample=MiB / 20, saved=MiB / 200, blocks=6))
+    tuned = tmp_path / "mlp.tuned.yaml"
+    assert cli("apply", CONFIGS / "mlp-python-cpu.yaml", "-o", tuned)[0] == 0
+    code, out, _ = cli("check", tuned, "--json")
+    assert (code, json.loads(out)["limit_bytes"]) == (0, int(40 * MiB * 0.95))  # the spec's budget: 40MiB
+    code, out, _ = cli("check", tuned, "--budget", "21MiB", "--json")
+    assert (code, json.loads(out)["limit_bytes"]) == (1, int(21 * MiB * 0.95))

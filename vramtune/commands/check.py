@@ -16,8 +16,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
     @common.exits_cleanly
     def check(
-        tuned_path: Path = typer.Argument(..., help="a file written by `vramtune apply`: a spec with its tuned: "
-                                          "section, or a PaddleFormers, PaddleNLP or kit file", show_default=False),
+        tuned_path: Path = typer.Argument(..., metavar="FILE", help="a file written by `vramtune apply`: a spec with "
+                                          "its tuned: section, or a PaddleFormers, PaddleNLP or kit file",
+                                          show_default=False),
         budget: Optional[str] = typer.Option(None, "--budget", help="the budget it must fit, e.g. 24GiB (a "
                                              "PaddleFormers, PaddleNLP or kit file's, unless it records one; "
                                              "overrides a spec's)"),
