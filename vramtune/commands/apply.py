@@ -26,7 +26,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
     def apply(
         spec_path: Path = common.SpecArg, trailing: Optional[List[str]] = common.TrailingArg,
         output: Optional[str] = typer.Option(None, "--output", "-o",
-                                             help="default: SPEC.tuned.yaml (.tuned.json); - for stdout"),
+                                             help="default: SPEC.tuned.yaml (.tuned.json); - for stdout (not "
+                                                  "with --json)"),
         format_name: Optional[Format] = typer.Option(None, "--format", help="yaml: the spec + a tuned: section; "
                                                      "paddlenlp: TrainingArguments JSON; arguments: the PaddleNLP "
                                                      "arguments file given, tuned; kit, paddleformers: the kit's or "
