@@ -3,6 +3,8 @@ for a pipe or a file of its own, but not where both streams meet (a terminal, `2
 would show it twice. Real Paddle on CPU, the console script's own streams."""
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 
@@ -21,3 +23,27 @@ def test_the_chosen_line_once_where_stdout_and_stderr_meet_and_on_stdout_alone()
     apart = subprocess.run(PROBE, capture_output=True, text=True, timeout=300)  # the saved probes reused
     assert apart.returncode == 0 and apart.stdout == chosen[0] + "\n", apart.stderr
     assert apart.stderr.splitlines().count(chosen[0]) == 1
+
+
+def test_the_chosen_line_once_on_a_terminal():
+    """stdout and stderr both the terminal (`make demo` at a prompt): the report says it, stdout adds nothing."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(PROBE, stdin=terminal, stdout=terminal, stderr=terminal,
+                               env={**os.environ, "TERM": "xterm"}, start_new_session=True)
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed: the probe has exited
+            break
+        if not chunk:
+            break
+        output += chunk
+    process.wait(timeout=300)
+    os.close(controller)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
+    assert process.returncode == 0, text[-2000:]
+    assert len(re.findall(r"^chosen: ", text, re.MULTILINE)) == 1, text[-2000:]
