@@ -26,13 +26,13 @@ EXEMPT = TOOL | {"estimating/llama.py", "spec/paddlenlp_keys.py", "dialects/padd
 BATCH = {"micro_batch", "accumulation", "devices"}
 
 # The most lines each folder (or top-level module) may still have; lower it when you move names out.
-CEILING = {  # 286 in all on 2026-12-02 (0175a88), strict; 124 strict and 41 by these rules at 9adb87e; 32 at a9dffee
+CEILING = {  # 286 in all on 2026-12-02 (0175a88), strict; 124 strict and 41 by these rules at 9adb87e; 32 at a9dffee;
+    #          15 once kits/config.py, paddleformers, spec, doctor and the config.json estimate asked the mechanisms
     "estimating": 13,  # estimating/run.py's
-    "dialects/kits": 5,
     "dialects/paddleformers": 1,  # building.py imports PaddleFormers' own LoRA layers: paddleformers.peft is its path
     "commands": 1,
 }
-GOAL = 20  # issue 28's goal for all of them together
+GOAL = 20  # issue 28's goal for all of them together: reached (the ceilings add up to 15)
 
 
 def words(batch: set[str]) -> set[str]:
@@ -89,3 +89,4 @@ def test_no_folder_names_more_mechanisms_than_its_ceiling():
     over = {where: (number, CEILING.get(where, 0)) for where, number in per_place.items()
             if number > CEILING.get(where, 0)}
     assert over == {}, f"lines naming a mechanism outside mechanisms/ (found, ceiling): {over}"
+    assert sum(CEILING.values()) <= GOAL

@@ -4,6 +4,9 @@ A mechanism owns everything about itself, and nothing outside its module names i
 - its strategy fields (with their `vramtune measure` flags) and the facts it learns about a model (result keys);
 - its spec keys (YAML: `read`; a PaddleNLP arguments file: `from_arguments`, and back: `to_arguments`), its
   `vramtune probe` flags, and what the child needs of its settings (`child_settings`);
+- what each tool's config says of it beside the spec: a PaddleNLP arguments file, a PaddleFormers config, the keys the
+  kits' configs share (`from_kit` ... `to_kit`);
+- what the estimate counts of it, how `measure`, `check` and `doctor` show and check it;
 - its part in judging and searching: label, tie weight, what a device cannot run, its memory term and group, and
   the search functions of the roles the ladder's data gives it (`search/roles.py`);
 - its child-side hooks, which `child/preparing.py` applies in registry order.
@@ -271,6 +274,31 @@ class Mechanism:
     def formers_facts(self, model_type: str) -> Facts:
         """Its facts about a PaddleFormers model known by its model_type alone (no probe ran), for its `to_formers`
         in the estimate's predicted best (recompute: whether the model's code recomputes the first N layers)."""
+        return {}
+
+    # -- the kits' configs (dialects/kits: what PaddleClas's and PaddleOCR's share; Paddle-free) -----------
+    def from_kit(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The spec's search keys for it from a kit's config (overrides applied), by the keys the kits share: "off"
+        where a kit's config cannot say it. A kit's own keys (its AMP section) are its dialect's, by `kit_terms`."""
+        return {}
+
+    def kit_choices(self, half_dtypes: tuple[str, ...]) -> list[str]:
+        """Its values a kit's config can say where the kit has AMP keys for these dtypes (Paddle's names: float16,
+        bfloat16), least memory first; [] when it has none."""
+        return []
+
+    def kit_phase(self, batch: int) -> dict[str, Any]:
+        """The spec's train keys for a kit's config that evaluates at `batch` (the loss only: the kits decode on the
+        host); {} when it is not that phase."""
+        return {}
+
+    def kit_terms(self, strategy: Strategy, facts: Facts) -> dict[str, Any]:
+        """Its tuned values in the terms the kits' dialects write into their own keys: Paddle's API names (AMP's
+        amp_level O0/O1/O2 and amp_dtype float32/float16/bfloat16) and what the probes found (eval_batch)."""
+        return {}
+
+    def to_kit(self, tuned: Tuned) -> dict[str, Any]:
+        """The keys the kits share (dotted) that say its tuned values."""
         return {}
 
     # -- `vramtune doctor` (Paddle-free) ------------------------------------------------------------------

@@ -125,6 +125,10 @@ class Sharding(Mechanism):
                         if "sharding_parallel_config" in data else {})}
         return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
 
+    def from_kit(self, config) -> dict:
+        """The kits have no sharding key."""
+        return {"sharding": "off"}
+
     def to_formers(self, config, tuned) -> dict:
         """The stage chosen over the ranks; PaddleFormers' default (stage1 over every rank) turned off where the
         choice is no sharding on several ranks. One rank writes nothing: sharding then holds nothing."""

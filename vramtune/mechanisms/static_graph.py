@@ -8,6 +8,8 @@ from __future__ import annotations
 from vramtune.mechanisms.base import Field, Mechanism
 from vramtune.reading import refuse_when_on
 
+KIT_KEY = "Global.to_static"  # both kits' (PaddleClas, PaddleOCR): the model compiled with paddle.jit.to_static
+
 
 def _flag(value: bool) -> str | None:
     return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
@@ -35,6 +37,15 @@ class StaticGraph(Mechanism):
         refuse_when_on(config, "to_static", "the Trainer's to_static conversion is not measured (vramtune measures "
                                             "eager): set it to false to tune")
         return {"search.to_static": "off"}
+
+    def from_kit(self, config) -> dict:
+        """Searched where the kit's config compiles the model (the kit's key on), else off."""
+        section, _, key = KIT_KEY.partition(".")
+        node = config.get(section)
+        return {} if isinstance(node, dict) and node.get(key) else {"to_static": "off"}
+
+    def to_kit(self, tuned) -> dict:
+        return {KIT_KEY: True} if tuned.strategy.to_static else {}
 
     def label(self, strategy, facts) -> str:
         return "static" if strategy.to_static else ""

@@ -13,12 +13,9 @@ from typing import Any, ClassVar
 
 import yaml
 
-from vramtune.mechanisms.evaluation import MECHANISM as EVALUATION
-from vramtune.mechanisms.precision import AMP_DTYPES, AMP_PRECISIONS, dtype_of, level_of
-from vramtune.mechanisms.static_graph import MECHANISM as STATIC_GRAPH
+from vramtune.mechanisms import MECHANISMS
+from vramtune.mechanisms.static_graph import KIT_KEY as STATIC_KEY  # noqa: F401  PaddleOCR checks what it compiles
 from vramtune.sources.base import Source
-
-STATIC_KEY = "Global.to_static"  # both kits: the model compiled with paddle.jit.to_static
 
 
 class KitError(Exception):
@@ -86,35 +83,41 @@ class Kit:
 
 
 def search_off(config: dict[str, Any]) -> dict[str, str]:
-    """The spec's search keys for what neither kit's config can say: recompute, sharding, and to_static unless the
-    config asks for it."""
-    return {"recompute": "off", "sharding": "off", **({} if get_key(config, STATIC_KEY) else {"to_static": "off"})}
+    """The spec's search keys for what neither kit's config can say (each mechanism's `from_kit`: recompute,
+    sharding, and compiling unless the config asks for it)."""
+    return {key: value for mechanism in MECHANISMS for key, value in mechanism.from_kit(config).items()}
 
 
 def eval_phase(batch: int) -> dict[str, Any]:
-    """The spec's evaluation phase at the kit's evaluation batch (loss only: the kits decode on the host)."""
-    return {EVALUATION.name: {"batch": batch, "keep": "loss"}}
+    """The spec's train keys for the kit's evaluation at its batch (`kit_phase`: loss only)."""
+    return {key: value for mechanism in MECHANISMS for key, value in mechanism.kit_phase(batch).items()}
+
+
+def kit_terms(strategy: Any, facts: dict[str, Any]) -> dict[str, Any]:
+    """A strategy's values in the terms the kits' keys take (each mechanism's `kit_terms`, its facts by name)."""
+    return {key: value for mechanism in MECHANISMS
+            for key, value in mechanism.kit_terms(strategy, facts.get(mechanism.name, {})).items()}
 
 
 def evaluated_batch(tuned: Any) -> int | None:
     """The evaluation batch the probes found to fit, where the config evaluates."""
-    return tuned.facts_of(EVALUATION.name).get("eval_batch")
+    return kit_terms(tuned.strategy, tuned.facts).get("eval_batch")
 
 
 def amp_choices(dtypes: tuple[str, ...]) -> list[str]:
     """The AMP modes a kit's config can say: every level, in the dtypes (Paddle's names) it has a key for."""
-    return [mode for mode in AMP_PRECISIONS if AMP_DTYPES.get(dtype_of(mode)) in dtypes]
+    return [value for mechanism in MECHANISMS for value in mechanism.kit_choices(dtypes)]
 
 
 def paddle_amp(strategy: Any) -> tuple[str, str]:
     """Paddle's AMP level (O0: none, O1, O2) and dtype (float16, bfloat16) of a strategy, as the kits' keys say them."""
-    mode = strategy.precision
-    return level_of(mode), AMP_DTYPES.get(dtype_of(mode), "float32")
+    terms = kit_terms(strategy, {})
+    return terms["amp_level"], terms["amp_dtype"]
 
 
 def compiled(tuned: Any) -> dict[str, Any]:
-    """The kit's key when the choice compiles the model."""
-    return {STATIC_KEY: True} if STATIC_GRAPH.weight(tuned.strategy) else {}
+    """The kits' shared keys a choice sets (each mechanism's `to_kit`: Global.to_static when it compiles the model)."""
+    return {key: value for mechanism in MECHANISMS for key, value in mechanism.to_kit(tuned).items()}
 
 
 def literal(text: str) -> Any:
