@@ -91,8 +91,8 @@ def _per_rank_batch(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
 
 
 MISSING_TUNED = ("is missing: write it with `vramtune apply SPEC.yaml` (a vramtune spec); a PaddleFormers, PaddleNLP "
-                 "or kit file has no tuned: section: gate it with `vramtune measure FILE -m M -k K --budget B` "
-                 "(exit 1 when it no longer fits)")
+                 "or kit file has no tuned: section and is checked as it is: `vramtune check FILE --budget B` (exit 1 "
+                 "when it no longer fits)")
 
 
 def require_tuned(spec: Spec) -> Tuned:
