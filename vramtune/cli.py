@@ -1,15 +1,13 @@
 """The command line: each command's module (vramtune/commands/) parses, calls the session, renders and exits.
 Exit codes: 0 ok, 1 nothing fits / check failed / the probe does not fit, 2 bad input, 3 internal error (traceback
-saved to a file), 130 interrupted."""
+saved to a file), 128 + the signal's number when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
 from __future__ import annotations
 
-import signal
 import sys
-from typing import Any
 
 import typer
 
-from vramtune import __version__
+from vramtune import __version__, interrupts
 from vramtune.commands import apply, autotuner_tool, check, doctor, estimate, measure, plot, probe, validate
 from vramtune.forking import start_early
 from vramtune.runner import Backend, ChildBackend
@@ -41,11 +39,8 @@ app = make_app(ChildBackend())
 
 
 def main() -> None:
-    """The console script: SIGTERM ends a run like Ctrl-C (the running probe is stopped, results are kept)."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
+    """The console script: SIGTERM and SIGHUP end a run like Ctrl-C (the running probe is stopped, results are
+    kept; vramtune/interrupts.py)."""
+    interrupts.install()
     start_early(sys.argv[1:])  # the console script (`python -m vramtune` has started it before these imports)
-    app()
+    interrupts.run(app)

@@ -157,7 +157,10 @@ def render_tuning(report: Report) -> None:
     if report.reused:
         say(f"reused {report.reused} saved probe(s) (--fresh re-probes)")
     if report.interrupted:
-        console.print("[yellow]interrupted[/]: finished probes are saved; run again to resume")
+        console.print(f"[yellow]interrupted[/] after {len(report.probes)} probe(s): finished probes are saved; run "
+                      "again to resume")
+        if report.chosen:
+            say(f"best so far: {choice_line(report).removeprefix('chosen: ')}")
     elif report.chosen:
         console.print(f"[bold green]chosen[/]: {escape(choice_line(report).removeprefix('chosen: '))}")
         render_breakdown(report.chosen)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from vramtune import interrupts
 from vramtune.doctor.gate import DoctorFailed, require_doctor
 from vramtune.export import ExportError
 from vramtune.mechanisms import MECHANISMS, strategy_fields
@@ -161,14 +162,15 @@ def report(session: Session, outcome: Outcome, seconds: float, reused: int, inte
 
 
 def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> Report:
-    """Run the ladder under the spec's lock; every probe is saved as soon as it finishes. Ctrl-C returns the
-    partial report (interrupted: true)."""
+    """Run the ladder under the spec's lock; every probe is saved as soon as it finishes. Ctrl-C, SIGTERM or SIGHUP
+    (vramtune/interrupts.py) returns the partial report (interrupted: true) with every probe saved so far."""
     with session.store.locked(on_wait=on_wait):
         start = time.monotonic()
         if fresh:
             session.store.clear()
         saved = session.store.load()
         reused = 0
+        finished: dict[Strategy, ProbeResult] = {}  # measured (and saved) by this run
 
         def measure_saving(strategy: Strategy) -> ProbeResult:
             nonlocal reused
@@ -178,8 +180,10 @@ def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False
                 result.reused = True
                 return result
             result = measure(session, strategy, on_wait)
-            if result.error_kind != "build":  # a build error is fixed in code the cache key may not see
-                session.store.save(result)
+            with interrupts.deferred():  # a signal from here on is handled once the probe is saved and noted
+                if result.error_kind != "build":  # a build error is fixed in code the cache key may not see
+                    session.store.save(result)
+                finished[strategy] = result
             return result
 
         tuner = Tuner(measure_saving, search_problem(session), progress)
@@ -188,6 +192,8 @@ def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False
             outcome = tuner.run()
         except KeyboardInterrupt:
             interrupted = True
+            for strategy, result in finished.items():  # saved, but interrupted before the search noted it
+                tuner.results.setdefault(strategy, result)
             outcome = tuner.finish()
         result = report(session, outcome, time.monotonic() - start, reused, interrupted)
         if not interrupted:

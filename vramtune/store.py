@@ -1,9 +1,9 @@
 """Saved probe results under .vramtune/, keyed by what decides the measurements; append-only and locked.
 
-Every finished probe is appended (and fsynced) at once, so an interrupted run loses nothing and the next run
-resumes. A damaged file, or one from another vramtune version, is set aside with a warning and its readable
-lines are kept. Locks: one per spec (a second run of it waits and reuses), one per device while a probe runs
-(two specs never measure on the same device at once).
+Every finished probe is appended (and fsynced) at once, signals held back meanwhile, so an interrupted run loses
+nothing and the next run resumes. A damaged file, or one from another vramtune version, is set aside with a warning
+and its readable lines are kept. Locks: one per spec (a second run of it waits and reuses), one per device while a
+probe runs (two specs never measure on the same device at once).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
-from vramtune import __version__
+from vramtune import __version__, interrupts
 from vramtune.files import write_atomic
 from vramtune.records import Device, ProbeResult
 from vramtune.report import Report
@@ -130,7 +130,8 @@ class ResultStore:
                   f"kept {len(keep)} good result(s)")
 
     def save(self, result: ProbeResult) -> None:
-        """Append one finished probe, durably. A failed append is truncated away, so the file stays whole."""
+        """Append one finished probe, durably. A failed append is truncated away, so the file stays whole; a signal
+        (Ctrl-C, SIGTERM, SIGHUP) waits until the line is written and synced."""
         self._ensure_folder()
         line = json.dumps({"format": FORMAT, "vramtune": __version__, "result": result.to_json()}) + "\n"
         try:
@@ -139,10 +140,11 @@ class ResultStore:
             raise StoreError(f"cannot save results to {self.probes_path}: {error.strerror or error}") from error
         size = os.fstat(descriptor).st_size
         try:
-            data = line.encode()
-            while data:  # unbuffered, so nothing half-written is flushed later
-                data = data[os.write(descriptor, data):]
-            os.fsync(descriptor)
+            with interrupts.deferred():  # a signal cannot cut the line short: it is handled once the line is whole
+                data = line.encode()
+                while data:  # unbuffered, so nothing half-written is flushed later
+                    data = data[os.write(descriptor, data):]
+                os.fsync(descriptor)
         except OSError as error:
             with contextlib.suppress(OSError):
                 os.ftruncate(descriptor, size)

@@ -102,7 +102,7 @@ def test_interrupt_exits_130_with_the_partial_report_and_saved_probes(fake_cli):
     code, out, err = cli("probe", SPEC, "--json")
     assert code == 130 and json.loads(out)["interrupted"] is True
     assert len(json.loads(out)["probes"]) == 2
-    assert "interrupted: finished probes are saved; run again to resume" in err
+    assert "\ninterrupted after 2 probe(s): finished probes are saved; run again to resume\n2 probes in " in err
     device.result = original
     code, out, _ = cli("probe", SPEC, "--json")
     assert code == 0 and json.loads(out)["reused"] == 2
@@ -290,6 +290,24 @@ def test_warnings_are_not_errors(fake_cli, private_cache):
     code, _, err = cli("probe", SPEC)
     assert code == 0
     assert "\nwarning: saved results " in "\n" + err and "error: warning" not in err
+
+
+def test_an_interrupted_run_says_its_best_so_far(fake_cli):
+    """Interrupted once a probe fitted: the summary's last lines name the fastest fitting probe so far (the chosen
+    line's words), and the count of probes."""
+    device = small()
+    cli, _ = fake_cli(device)
+    interrupt_after(device, 4)
+    code, out, err = cli("probe", SPEC, "--json")
+    report = json.loads(out)
+    assert code == 130 and report["chosen"] is not None
+    chosen = report["chosen"]
+    assert err.splitlines()[-3:-1] == [
+        "interrupted after 4 probe(s): finished probes are saved; run again to resume",
+        f"best so far: {chosen['precision']}, micro-batch {chosen['micro_batch']} x accumulation "
+        f"{chosen['accumulation']} = 2048; peak {format_bytes(chosen['peak_bytes'])} of 38.0 MiB "
+        f"({chosen['peak_bytes'] / (40 * MiB * 0.95):.0%}; budget 40.0 MiB less 5% headroom), "
+        f"{chosen['samples_per_sec']:.1f} samples/s"]
 
 
 def test_a_failed_append_leaves_the_saved_probes_whole(fake_cli, private_cache):
