@@ -118,7 +118,7 @@ class Precision(Mechanism):
         if checked in QUANTIZED_TYPES:
             config.fail("compute_type", f"{checked!r} quantizes the weights with GPU kernels; a probe would measure "
                                         f"unquantized weights: use {defaults['compute_type']} to tune, {ESTIMATE}")
-        compute_type = data.get("compute_type", defaults["compute_type"])
+        compute_type = data.get("compute_type", defaults["compute_type"])  # null: no half type named
         arguments = {"bf16": compute_type == "bf16", "fp16": compute_type == "fp16",
                      "amp_master_grad": data.get("amp_master_grad", defaults["amp_master_grad"]),
                      **{key: data[key] for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list")
