@@ -14,9 +14,9 @@ import paddle.nn as nn
 
 
 class Faulty(nn.Layer):
-    def __init__(self, mode: str, lo: int, hi: int, pid_file: str | None, rank: int | None):
+    def __init__(self, mode: str, lo: int, hi: int, pid_file: str | None, rank: int | None, once: bool = False):
         super().__init__()
-        self.mode, self.lo, self.hi, self.pid_file, self.rank = mode, lo, hi, pid_file, rank
+        self.mode, self.lo, self.hi, self.pid_file, self.rank, self.once = mode, lo, hi, pid_file, rank, once
         self.calls = 0
         self.blocks = nn.LayerList([nn.Linear(32, 32) for _ in range(2)])
         self.head = nn.Linear(32, 4)
@@ -43,6 +43,8 @@ class Faulty(nn.Layer):
         elif self.mode == "segfault":
             ctypes.string_at(0)
         elif self.mode == "hang":  # with a grandchild, to prove the whole process group is ended
+            if self.once and os.path.exists(self.pid_file):  # hung before (and was ended): run normally now
+                return
             child = subprocess.Popen(["sleep", "600"])
             if self.pid_file:
                 with open(self.pid_file, "w") as handle:
@@ -57,12 +59,13 @@ class Faulty(nn.Layer):
 
 
 def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | None = None,
-          rank: int | None = None) -> nn.Layer:
-    """rank: misbehave on that data-parallel rank only (all ranks when None)."""
+          rank: int | None = None, once: bool = False) -> nn.Layer:
+    """rank: misbehave on that data-parallel rank only (all ranks when None). once: hang only while `pid_file` does
+    not exist (the first time: a second run of the spec trains normally)."""
     if mode == "build_error":
         raise ValueError("width must be even")
     if mode == "build_oom":  # the weights alone do not fit
         paddle.empty([1 << 42], dtype="float32")
     if mode == "not_a_layer":
         return "a string"
-    return Faulty(mode, lo, hi, pid_file, rank)
+    return Faulty(mode, lo, hi, pid_file, rank, once)
