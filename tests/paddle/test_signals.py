@@ -40,11 +40,13 @@ def hang_once_spec(pid_file: Path, lo: int = 8, hi: int = 32) -> dict:
     return spec
 
 
-def hanging(cache: Path, pid_file: Path) -> tuple[int, int]:
-    """Wait until the first probe is saved and the second is hanging; (its grandchild's pid, its worker's pid)."""
+def hanging(cache: Path, pid_file: Path) -> tuple[int, int, int]:
+    """Wait until the first probe is saved and the second is hanging; the pids of its grandchild, its worker and the
+    worker's parent (the fork server vramtune started)."""
     assert wait_until(lambda: len(saved_lines(cache)) == 1 and pid_file.exists() and pid_file.read_text(), STARTED)
     grandchild, worker = map(int, pid_file.read_text().split())
-    return grandchild, worker
+    server = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return grandchild, worker, server
 
 
 def rerun_reuses(path: Path, cache: Path, first: list[dict]) -> None:
@@ -67,7 +69,8 @@ def test_a_signal_keeps_the_finished_probes_and_a_rerun_reuses_them(write_spec, 
     pid_file = tmp_path / "hang.pid"
     path = write_spec(hang_once_spec(pid_file))
     process = _start_probe(path)
-    grandchild, worker = hanging(private_cache, pid_file)
+    grandchild, worker, server = hanging(private_cache, pid_file)
+    assert server != process.pid  # forked from the warm server
     process.send_signal(sig)
     out, err = _finish(process, ENDED)
     assert process.returncode == 128 + sig, err
@@ -76,7 +79,7 @@ def test_a_signal_keeps_the_finished_probes_and_a_rerun_reuses_them(write_spec, 
     summary = err.splitlines()[-2:]
     assert summary[0] == "interrupted after 1 probe(s): finished probes are saved; run again to resume"
     assert re.fullmatch(rf"1 probes in \d+\.\ds on {re.escape(report['device']['name'])}", summary[1])
-    assert wait_until(lambda: process_gone(worker) and process_gone(grandchild), 30)
+    assert wait_until(lambda: all(map(process_gone, (worker, grandchild, server))), 30)  # nothing of it left
     first = saved_lines(private_cache)
     assert [p["micro_batch"] for p in first] == [64] and first[0]["status"] == "over_budget"
     rerun_reuses(path, private_cache, first)
