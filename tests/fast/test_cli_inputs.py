@@ -32,7 +32,8 @@ NLP_CONFIGS = [("bert-mini-cpu.yaml", "paddlenlp", "nlp"), ("formers-sft-lora-cp
 
 
 @pytest.mark.parametrize("name, package, extra", NLP_CONFIGS)
-@pytest.mark.parametrize("command", [["probe"], ["apply"], ["estimate", "--card", "1GiB"]])
+@pytest.mark.parametrize("command", [["probe"], ["apply"], ["estimate", "--card", "1GiB"], ["measure", "-m", "1"],
+                                     ["check", "--budget", "1GiB"]])
 def test_a_model_whose_package_is_missing_is_refused_before_any_probe(cli, monkeypatch, name, package, extra,
                                                                       command):
     """The real CLI (its probes would run this Python's children): refused before the device is even asked."""

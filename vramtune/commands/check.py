@@ -34,7 +34,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget."""
         if tolerance < 0:
             raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
-        spec = common.load(tuned_path, {"budget": budget})
+        spec = common.load(tuned_path, {"budget": budget}, backend)
         if checking.is_tool_file(spec):
             verdict = checking.check_file(spec, backend, render.say, device, devices)
         else:

@@ -24,7 +24,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit)."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
         options = [*(kit_options or []), *(trailing or [])]
-        spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks})
+        spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks}, backend)
         if flags.get("micro_batch") is None:
             raise SpecError([Problem(str(spec_path), "--micro-batch", "is required")])
         strategy = session.strategy_from_flags(spec, {k: common.plain(v) for k, v in flags.items()})
