@@ -75,11 +75,14 @@ def exit_code() -> int:
 
 def run(command: Callable[[], object]) -> None:
     """Run the command line; once a signal has interrupted it, exit with the signal's code whatever the wind-down
-    ended with (the commands' 130, or an error writing to the terminal a SIGHUP says is gone)."""
+    ended with (the commands' 130, or an error writing to the terminal a SIGHUP says is gone). Later signals are
+    ignored from then on: Python's exit would give them their default effect, and the exit code theirs."""
     try:
         command()
     finally:
         if received:
+            for signum in HANDLED:
+                signal.signal(signum, signal.SIG_IGN)
             raise SystemExit(exit_code())
 
 

@@ -55,6 +55,8 @@ def test_run_exits_with_the_signals_code_whatever_the_command_ended_with(install
     with pytest.raises(SystemExit) as exited:
         interrupts.run(failing_to_write)
     assert exited.value.code == 129
+    # a signal during Python's exit would have its default effect (and its own exit code): ignored from here on
+    assert all(signal.getsignal(signum) is signal.SIG_IGN for signum in interrupts.HANDLED)
 
 
 def test_run_without_a_signal_passes_the_commands_exit_on(installed):
