@@ -15,7 +15,6 @@ long as the dictionary and max_text_length allow, in the config's KeepKeys order
 detection, table and formula configs are refused by name."""
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any, ClassVar
 
@@ -24,7 +23,6 @@ import yaml
 from vramtune.dialects.kits.config import (
     STATIC_KEY,
     Kit,
-    KitEMA,
     KitError,
     KitSource,
     amp_choices,
@@ -37,6 +35,7 @@ from vramtune.dialects.kits.config import (
     search_off,
 )
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
+from vramtune.dialects.kits.ocr_ema import Swaps, ema, evaluates, kept_copies
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import kit_spec, positive_batch, smaller_batch
 from vramtune.sources.base import BuildError
@@ -109,20 +108,6 @@ def amp_op_lists(config: dict[str, Any]) -> dict[str, list[str]]:
             if (ops := get_key(config, f"Global.{key}"))}
 
 
-def ema(config: dict[str, Any], model: Any) -> KitEMA | None:
-    """The kit's EMA where Global.use_ema (tools/train.py makes ppocr.utils.ema.ModelEMA after AMP's decorate,
-    fp32 shadows of the weights; tools/program.py updates it after each optimizer step), else None."""
-    if not config["Global"].get("use_ema", False):
-        return None
-    from ppocr.utils.ema import ModelEMA
-
-    kit = config["Global"]
-    return KitEMA(lambda: ModelEMA(model, decay=kit.get("ema_decay", 0.9998), gamma=kit.get("ema_gamma", 2000),
-                                   ema_decay_type=kit.get("ema_decay_type", "threshold"),
-                                   ema_filter_no_grad=kit.get("ema_filter_no_grad", False)),
-                  lambda average: average.update(model))
-
-
 class PaddleOCR(Kit):
     def value(self, text: str) -> Any:
         """tools/program.py reads -o values as YAML, all of them after one -o."""
@@ -147,7 +132,7 @@ class PaddleOCR(Kit):
             f"{path}: Optimizer.name {optimizer}: measured with AdamW's state (8 bytes per weight)"]
         train = {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001,
                  **amp_op_lists(config)}
-        if get_key(config, "Global.eval_batch_step") and get_key(config, "Eval"):
+        if evaluates(config):
             train.update(eval_phase(get_key(config, EVAL_BATCH, batch)))
         # accumulation only lets the search measure a smaller batch; apply writes it as the kit's batch. No BatchNorm
         # floor: without accumulation a smaller batch is the only way to fit, BatchNorm or not
@@ -236,6 +221,7 @@ class PaddleOCRSource(KitSource):
             train_loss = build_loss(config["Loss"])
             sample = encoded_sample(config, characters)
             average = ema(config, model)
+        swaps = Swaps(model, average, kept_copies(config)) if average is not None else None
         keys = next((op["KeepKeys"]["keep_keys"] for op in config["Train"]["dataset"]["transforms"]
                      if "KeepKeys" in op), ["image", "label"])
         extra_input = config["Architecture"]["algorithm"] in EXTRA_INPUT
@@ -266,27 +252,25 @@ class PaddleOCRSource(KitSource):
                            key=lambda scale: scale[0] * scale[1] * scale[2])
             return tensors(bs, h, w)
 
-        turn, aside = [0], []
+        turn = [0]
 
         def loss(network, batch):
             *per_scale, (size,) = batch
             if not network.training:  # evaluation: the Eval shape, forward only (the kit decodes on the host)
-                if average is not None and average.average is not None and not aside:
-                    # tools/program.py evaluates the EMA's weights: the training ones deep-copied aside meanwhile
-                    aside.append(copy.deepcopy(model.state_dict()))
-                    model.set_state_dict(average.average.apply())
+                if swaps:  # the EMA's weights, the training ones copied aside meanwhile
+                    swaps.evaluate()
                 images = tensors(size, height, width)
                 output = network(images[0], data=images[1:]) if extra_input else network(images[0])
                 return first_output(output).mean()
-            if aside:  # training again: the training weights back, as tools/program.py restores them
-                model.set_state_dict(aside.pop())
+            if swaps:  # training again: the training weights back, as tools/program.py restores them
+                swaps.train()
             data = per_scale[turn[0] % len(per_scale)]
             turn[0] += 1
             preds = network(data[0], data=data[1:]) if extra_input else network(data[0])
             return train_loss(preds, data)["loss"]
 
         return ReadAhead(make_batch, loss, model, kit_read_ahead(config, "Train.loader"),
-                         kit_read_ahead(config, "Eval.loader"), upcoming).built(average)
+                         kit_read_ahead(config, "Eval.loader"), upcoming).built(swaps.after_step if swaps else None)
 
 
 SOURCE = PaddleOCRSource()
