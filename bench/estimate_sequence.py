@@ -2,7 +2,10 @@
 Llama-2-7B's layer as the estimate probes it (width x0.125, LoRA r=8, PaddleNLP, fp32 on CPU, vocabulary 2,000), at
 depth 1 and 2, 1 and 2 samples, and twice the vocabulary, at sequence lengths 256, 512, 1024 and 2048. Each figure at
 the two shortest is fitted as a s + b s^2 (no constant: every tensor of a sample grows with its tokens, the attention
-scores with their square) and the two longest predicted from it, against measured, in bytes.
+scores with their square) and the two longest predicted from it, against measured, in bytes: 8 of 8 to the byte.
+vramtune's own probes hold a constant beside these (each layer's rotary cache, 4,194,560 B at 4,096 positions), so the
+estimate fits c + a s + b s^2 through three sequences and checks a fourth (vramtune/estimating/sequence.py,
+docs/estimate-reference.md).
 
     python bench/estimate_sequence.py        (.venv26: PaddleNLP; each point its own process)
 """
