@@ -17,8 +17,8 @@ class MemoryCounters:
     counters (`paddle.device.cuda.max_memory_allocated/reserved`, `core.host_memory_stat_peak_value`) but no way
     to reset them; 3.x adds `paddle.device.cuda.reset_max_memory_allocated/reserved` and
     `core.host_memory_stat_reset_peak_value`. Without a reset, `peak()` is the peak since the process started.
-    A probe child is a fresh process whose warmup runs micro-batches of its measured steps' shape (a step's last
-    two and the optimizer step: `StepRunner.warmup_step`), so nothing before the measured steps is bigger than them
+    A probe child is a fresh process whose warmup runs a micro-batch of its measured steps' shape (a step's last
+    one and the optimizer step: `StepRunner.warmup_step`), so nothing before the measured steps is bigger than them
     and the peak since start equals the measured peak (a first step peaks lower if anything: its gradients are
     created, not accumulated beside zeroed ones). A one-off allocation
     before start() would make the 2.6 peak too high, never too low.

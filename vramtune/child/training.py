@@ -64,19 +64,15 @@ class StepRunner:
         return loss, True
 
     def warmup_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> float:
-        """A step's last two micro-batches (one if accumulation is 1) and the optimizer step; mean loss.
+        """A step's last micro-batch and the optimizer step; its loss.
 
         It pays what a first step pays once and later steps do not (the first forward and backward, the gradients'
-        creation and first accumulation, the optimizer's state and first update, the scaler's first step, the
-        zeroing) at 2/accumulation of a whole step; the steps after it cost what later steps cost. It peaks below a
+        creation, the optimizer's state and first update, the scaler's first step, the zeroing) at 1/accumulation
+        of a whole step; the steps after it cost what later steps cost (bench/warmup_bias.py). It peaks below a
         whole step, never above: a whole step's accumulation peaks in the steps measured after it."""
-        micro_batches = min(2, self.strategy.accumulation)
-        self.pending = self.strategy.accumulation - micro_batches
-        total = 0.0
-        for _ in range(micro_batches):
-            loss, _ = self.micro_step(loss_fn, batch)
-            total += float(loss)
-        return total / micro_batches
+        self.pending = self.strategy.accumulation - 1
+        loss, _ = self.micro_step(loss_fn, batch)
+        return float(loss)
 
     def train_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> float:
         """One optimizer step over `accumulation` micro-batches (the same batch); mean loss."""
