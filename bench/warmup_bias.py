@@ -2,13 +2,16 @@
 
     .venv/bin/python bench/warmup_bias.py configs/mlp-python-cpu.yaml --strategy 256x8 --strategy 64x32
     .venv26/bin/python bench/warmup_bias.py configs/bert-mini-cpu.yaml --strategy 4x8 --rounds 5
+    .venv/bin/python bench/warmup_bias.py configs/mlp-python-cpu.yaml --strategy 1024x2 --warmups two_micro_batches warmup_step
 
 Each run is a fresh process, as a probe is: it builds and prepares the spec's model as a probe does, warms up with
 a whole step (`train_step`) or with `warmup_step`, then times STEPS training steps one by one (wall and CPU
 seconds: the process's CPU time is what a busy machine's scheduling leaves out; Paddle runs one thread on CPU) and
 reads the peak after the first two (what a probe with `steps: 2` reports) and after all. The two warmups alternate
-round by round. A probe measures the mean of its first steps; steps 3 and on after a whole step are the steady
-state both are compared with. A strategy is MICROxACCUMULATION in fp32."""
+round by round. A probe measures the mean of its first steps; steps 3 and on after the first warmup named are the
+steady state both are compared with. A strategy is MICROxACCUMULATION in fp32. --warmups compares two of: a whole
+step (train_step), warmup_step (a step's last micro-batch and the optimizer step), two_micro_batches (a step's last
+two and the optimizer step: warmup_step until 2026-12-02), one_sample (warmup_step on a batch of one sample)."""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +25,19 @@ import time
 import zlib  # noqa: F401  before Paddle (2.6's libpaddle exports its own zlib)
 from pathlib import Path
 
-WARMUPS = ("train_step", "warmup_step")
+WARMUPS = ("train_step", "warmup_step", "two_micro_batches", "one_sample")
+
+
+def warm_up(runner, warmup: str, loss_fn, batch, make_batch) -> None:
+    if warmup == "two_micro_batches":
+        micro_batches = min(2, runner.strategy.accumulation)
+        runner.pending = runner.strategy.accumulation - micro_batches
+        for _ in range(micro_batches):
+            runner.micro_step(loss_fn, batch)
+    elif warmup == "one_sample":
+        runner.warmup_step(loss_fn, make_batch(1))
+    else:
+        getattr(runner, warmup)(loss_fn, batch)
 
 
 def run_child(spec_path: str, micro_batch: int, accumulation: int, warmup: str, steps: int) -> None:
@@ -50,7 +65,7 @@ def run_child(spec_path: str, micro_batch: int, accumulation: int, warmup: str, 
         return built.loss(prepared.network, data)
 
     start = time.perf_counter()
-    getattr(prepared.runner, warmup)(loss_fn, batch)
+    warm_up(prepared.runner, warmup, loss_fn, batch, built.make_batch)
     warm = time.perf_counter() - start
     counters = MemoryCounters("cpu", 0)
     counters.start()
@@ -69,10 +84,10 @@ def spread(values: list[float]) -> str:
             if values else "-")
 
 
-def compare(spec: Path, micro_batch: int, accumulation: int, rounds: int, steps: int) -> None:
-    runs: dict[str, list[dict]] = {warmup: [] for warmup in WARMUPS}
+def compare(spec: Path, micro_batch: int, accumulation: int, rounds: int, steps: int, warmups: list[str]) -> None:
+    runs: dict[str, list[dict]] = {warmup: [] for warmup in warmups}
     for round_index in range(rounds):
-        for warmup in WARMUPS if round_index % 2 == 0 else WARMUPS[::-1]:
+        for warmup in warmups if round_index % 2 == 0 else warmups[::-1]:
             done = subprocess.run([sys.executable, __file__, "--child", str(spec), str(micro_batch),
                                    str(accumulation), warmup, str(steps)],
                                   capture_output=True, text=True, cwd=spec.parent)
@@ -81,13 +96,13 @@ def compare(spec: Path, micro_batch: int, accumulation: int, rounds: int, steps:
             runs[warmup].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"\n{spec.name} m={micro_batch} k={accumulation}, {rounds} runs each; a step's seconds, median [range]")
     for clock in ("wall", "cpu"):
-        steady = [statistics.mean(run[clock][2:]) for run in runs["train_step"]]
-        print(f"  {clock:4}: steady state (steps 3-{steps} after a whole step) {spread(steady)}")
+        steady = [statistics.mean(run[clock][2:]) for run in runs[warmups[0]]]
+        print(f"  {clock:4}: steady state (steps 3-{steps} after {warmups[0]}) {spread(steady)}")
         for warmup, rows in runs.items():
             measured = [statistics.mean(run[clock][:2]) for run in rows]
-            print(f"        steps 1-2 after {warmup:11} {spread(measured)}")
+            print(f"        steps 1-2 after {warmup:17} {spread(measured)}")
     for warmup, rows in runs.items():
-        print(f"  after {warmup:11}: warmup {spread([run['warmup'] for run in rows])} wall; peaks after 2 steps "
+        print(f"  after {warmup:17}: warmup {spread([run['warmup'] for run in rows])} wall; peaks after 2 steps "
               f"{sorted({run['peak_2'] for run in rows})}, after {steps} {sorted({run['peak_all'] for run in rows})}")
 
 
@@ -101,11 +116,12 @@ def main() -> None:
     parser.add_argument("--strategy", action="append", required=True, help="MICROxACCUMULATION, e.g. 256x8")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmups", nargs=2, choices=WARMUPS, default=["train_step", "warmup_step"])
     options = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as Paddle's import sets it in a probe
     for strategy in options.strategy:
         micro_batch, accumulation = (int(part) for part in strategy.split("x"))
-        compare(options.spec.resolve(), micro_batch, accumulation, options.rounds, options.steps)
+        compare(options.spec.resolve(), micro_batch, accumulation, options.rounds, options.steps, options.warmups)
 
 
 if __name__ == "__main__":
