@@ -46,6 +46,7 @@ ROUND_VOCAB = 64  # a recompute probe's raised vocabulary: a multiple of this
 REBUILT_LAYERS = 2  # a recomputed step's rebuilt moment, guessed in layers' activations (checked by each probe)
 VOCAB_DIVISOR = 16  # the probes' vocabulary: the model's over this (Llama-2's 32000 -> 2000, Llama-3's 128256 -> 8016)
 Say = Callable[[str], None]
+KEY_FIELDS = ("depth", "micro_batch", "recomputed", "granularity", "devices", "vocab")  # a probe's key, in order
 
 
 @dataclass
@@ -151,9 +152,9 @@ class _Prober:
     """The CPU probes of one estimate: the spec shrunk to a depth (and width, and vocabulary), SIDE_BY_SIDE at once
     (each backend with a fork server of its own: one server forks one probe at a time); probes may be asked ahead
     (`ask`), and each is said, in the order they are collected (`probe`), so the output does not depend on timing.
-    Where the model's sequence is long (sequence.probe_sequences), each probe is four at shorter sequences whose
-    activations, fitted and checked, are extrapolated to the model's; one at the whole sequence where the check
-    fails."""
+    Where the model's sequence is long (sequence.probe_sequences), each probe that keeps every layer's activations is
+    four at shorter sequences whose activations, fitted and checked, are extrapolated to the model's (a second rung
+    of four where the check misses; one at the whole sequence where that misses too)."""
 
     def __init__(self, spec: Spec, backend: Any, cpu: Any, scale: float, shape: dict[str, Any], vocab: int | None,
                  say: Say):
@@ -228,8 +229,7 @@ class _Prober:
             result = backend.measure(job, spec.probe.timeout, budget).judged(budget)
         finally:
             self.backends.put(backend)
-        self.log.append({"probe": dict(zip(("depth", "micro_batch", "recomputed", "granularity", "devices", "vocab",
-                                            "seq"), key)),
+        self.log.append({"probe": dict(zip((*KEY_FIELDS, "seq"), key)),
                          "started": round(started, 2), "ended": round(time.monotonic() - self.start, 2),
                          "phases": result.phases, "activations": result.peak_bytes and result.state_bytes
                          and result.peak_bytes - result.state_bytes})
@@ -254,8 +254,7 @@ class _Prober:
             if found:
                 activations, (c, a, b) = found
                 longest = shorter[max(sequences)]
-                self.fits.append({"probe": dict(zip(("depth", "micro_batch", "recomputed", "granularity", "devices",
-                                                     "vocab"), key)),
+                self.fits.append({"probe": dict(zip(KEY_FIELDS, key)),
                                   "sequences": sorted(sequences), "constant": float(c), "linear": float(a),
                                   "square": float(b)})
                 return replace(longest, peak_bytes=longest.state_bytes + round(activations),
