@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/warmup_bias.py configs/mlp-python-cpu.yaml --strategy 256x8 --strategy 64x32
     .venv26/bin/python bench/warmup_bias.py configs/bert-mini-cpu.yaml --strategy 4x8 --rounds 5
-    .venv/bin/python bench/warmup_bias.py configs/mlp-python-cpu.yaml --strategy 1024x2 --warmups two_micro_batches warmup_step
+    .venv/bin/python bench/warmup_bias.py configs/mlp-python-cpu.yaml --strategy 1024x2 --warmups train_step one_sample
 
 Each run is a fresh process, as a probe is: it builds and prepares the spec's model as a probe does, warms up with
 a whole step (`train_step`) or with `warmup_step`, then times STEPS training steps one by one (wall and CPU

@@ -46,40 +46,6 @@ def test_a_forked_probe_measures_the_peak_of_a_fresh_process_to_the_byte(config,
         assert result.phases["import"] < 0.3 * fresh.phases["import"], (result.phases, fresh.phases)
 
 
-def test_each_forked_probe_is_a_process_of_its_own_in_a_session_of_its_own(tmp_path, monkeypatch):
-    """The worker reports its pid and session through a factory that writes them down: two probes, two processes,
-    neither the server, each leading its own session."""
-    (tmp_path / "who.py").write_text(
-        "import os, paddle\n"
-        "def build():\n"
-        f"    open({str(tmp_path / 'pids')!r}, 'a').write(f'{{os.getpid()}} {{os.getsid(0)}} {{os.getppid()}}\\n')\n"
-        "    return paddle.nn.Linear(4, 2)\n")
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("model: {source: python, factory: 'who:build'}\n"
-                    "data: {inputs: [{shape: [4]}], labels: {shape: [], dtype: int64, high: 2}}\n"
-                    "train: {target_batch: 4}\ndevice: cpu\nbudget: 64MiB\nprobe: {steps: 1, warmup: 1}\n")
-    spec_obj = load_spec(spec)
-    backend = ChildBackend()
-    device = backend.describe("cpu")
-    budget = Budget(spec_obj.budget, 0.05)
-    for micro in (4, 2):
-        job = job_for(spec_obj, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
-        assert backend.measure(job, 60, budget).status == "measured"
-    server = backend.fork_server.process.pid
-    backend.fork_server.close()
-    rows = [tuple(map(int, line.split())) for line in (tmp_path / "pids").read_text().splitlines()]
-    assert len({pid for pid, _, _ in rows}) == 2 and all(sid == pid for pid, sid, _ in rows)
-    assert all(parent == server != pid for pid, _, parent in rows) and os.getpid() not in {r[0] for r in rows}
-
-
-def test_measure_verbose_says_where_the_probe_time_went(cli):
-    code, _, err = cli("measure", CONFIGS / "mlp-python-cpu.yaml", "--micro-batch", 256, "--verbose")
-    assert code == 0, err
-    line = err.splitlines()[-1].split()
-    assert line[0::2] == ["import", "build", "shape_check", "prepare", "warmup", "steps", "after", "rest"], err
-    assert all(value.endswith("s") and float(value[:-1]) >= 0 for value in line[1::2])
-
-
 def factory_spec(tmp_path: Path, body: str) -> Path:
     """A spec whose factory runs `body` (with os, time and paddle imported, FILE its record) when a probe builds."""
     (tmp_path / "model.py").write_text(
@@ -92,6 +58,32 @@ def factory_spec(tmp_path: Path, body: str) -> Path:
                     "data: {inputs: [{shape: [4]}], labels: {shape: [], dtype: int64, high: 2}}\n"
                     "train: {target_batch: 4}\ndevice: cpu\nbudget: 64MiB\nprobe: {steps: 1, warmup: 1}\n")
     return spec
+
+
+def test_each_forked_probe_is_a_process_of_its_own_in_a_session_of_its_own(tmp_path, monkeypatch):
+    """The worker reports its pid and session through a factory that writes them down: two probes, two processes,
+    neither the server, each leading its own session."""
+    who = "open(FILE, 'a').write(f'{os.getpid()} {os.getsid(0)} {os.getppid()}\\n')"
+    spec_obj = load_spec(factory_spec(tmp_path, who))
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec_obj.budget, 0.05)
+    for micro in (4, 2):
+        job = job_for(spec_obj, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
+        assert backend.measure(job, 60, budget).status == "measured"
+    server = backend.fork_server.process.pid
+    backend.fork_server.close()
+    rows = [tuple(map(int, line.split())) for line in (tmp_path / "record").read_text().splitlines()]
+    assert len({pid for pid, _, _ in rows}) == 2 and all(sid == pid for pid, sid, _ in rows)
+    assert all(parent == server != pid for pid, _, parent in rows) and os.getpid() not in {r[0] for r in rows}
+
+
+def test_measure_verbose_says_where_the_probe_time_went(cli):
+    code, _, err = cli("measure", CONFIGS / "mlp-python-cpu.yaml", "--micro-batch", 256, "--verbose")
+    assert code == 0, err
+    line = err.splitlines()[-1].split()
+    assert line[0::2] == ["import", "build", "shape_check", "prepare", "warmup", "steps", "after", "rest"], err
+    assert all(value.endswith("s") and float(value[:-1]) >= 0 for value in line[1::2])
 
 
 def test_a_probe_is_answered_once_its_result_is_written_and_gone_before_the_next_starts(tmp_path):
