@@ -41,6 +41,8 @@ GROWTH = 1.25  # activations growing less than this from m to 2m: a transient, n
 MAX_MICRO_BATCH = 64
 PROBE_BUDGET = 1 << 40  # CPU budgets are virtual: probes are measured, never judged here
 SIDE_BY_SIDE = 2  # probes at once: each is its own process and peak; more would add memory, not answers
+PROBE_TIMEOUT = 1800.0  # at least this per probe: a 7B layer at the whole sequence and a raised vocabulary takes
+# 100-300 s on a busy 2-core CPU, where the spec's timeout (300 s) is meant for a GPU probe that hangs
 LARGE_LOGITS = 1 << 27  # a sample's fp32 logits (sequence x vocabulary x 4 bytes) from which the vocabulary is reduced
 ROUND_VOCAB = 64  # a recompute probe's raised vocabulary: a multiple of this
 REBUILT_LAYERS = 2  # a recomputed step's rebuilt moment, guessed in layers' activations (checked by each probe)
@@ -226,7 +228,7 @@ class _Prober:
         try:
             job = job_for(spec, strategy, self.cpu, budget)
             job.check_sample = check_sample
-            result = backend.measure(job, spec.probe.timeout, budget).judged(budget)
+            result = backend.measure(job, max(spec.probe.timeout, PROBE_TIMEOUT), budget).judged(budget)
         finally:
             self.backends.put(backend)
         self.log.append({"probe": dict(zip((*KEY_FIELDS, "seq"), key)),
