@@ -45,6 +45,8 @@ def test_sft_lora_recompute_tuned_file_trains_in_the_workflow_at_the_measured_pe
     assert changed_keys(path, tuned) == {"recompute_granularity": "full", "recompute_method": "uniform",
                                          "recompute_num_layers": 1}
     assert "max_steps: 4  # one optimizer step" in tuned.read_text()  # comments kept
+    assert tuned.read_text().startswith("# vramtune: tuned for a budget of 6.0 MiB (6291456 bytes); `vramtune check "
+                                        "FILE` gates it in CI\n")  # a comment the workflow's loader drops
     peak = workflow_peak(tuned, tmp_path)
     assert peak["steps"] == 4
     assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)

@@ -23,7 +23,9 @@ def test_apply_moves_the_anchored_first_bs_and_says_what_the_kit_cannot_do(fake_
                           "-O", "Train.sampler.first_bs=8")
     assert code == 0, stderr
     assert backend.jobs[0].model["options"] == ["Train.sampler.first_bs=8"]
-    assert diff(OCR / MOBILE, out) == ["-    first_bs: &bs 128", "+    first_bs: &bs 4"]
+    assert diff(OCR / MOBILE, out) == [
+        "+# vramtune: tuned for a budget of 35.0 MiB (36700160 bytes); `vramtune check FILE` gates it in CI",
+        "-    first_bs: &bs 128", "+    first_bs: &bs 4"]
     assert yaml.safe_load(out.read_text())["Train"]["loader"]["batch_size_per_card"] == 4
     said = " ".join(stderr.split())
     assert "Train.loader.batch_size_per_card changed too: they alias an anchored key that was tuned" in said
@@ -39,7 +41,9 @@ def test_paddleclas_keeps_its_effective_batch_with_update_freq(fake_cli, tmp_pat
     code, _, stderr = cli("apply", CLAS / VIT, "--device", "cpu", "--budget", "35MiB", "-o", out,
                           "-O", "DataLoader.Train.sampler.batch_size=8", "-O", "Global.epochs=1")
     assert code == 0, stderr
-    assert diff(CLAS / VIT, out) == ["+  update_freq: 2", "-      batch_size: 64", "+      batch_size: 4"]
+    assert diff(CLAS / VIT, out) == [
+        "+# vramtune: tuned for a budget of 35.0 MiB (36700160 bytes); `vramtune check FILE` gates it in CI",
+        "+  update_freq: 2", "-      batch_size: 64", "+      batch_size: 4"]
     assert f"python tools/train.py -c {out.resolve()} -o Global.epochs=1" in " ".join(stderr.split())
 
 
@@ -66,7 +70,9 @@ def test_a_kit_that_cannot_accumulate_gets_the_largest_batch_that_fits(fake_cli,
     assert "exported batch 4 (measured to fit) instead of the chosen fp32 m=2 k=4" in said
     answer = json.loads(stdout)
     assert answer["exported"]["micro_batch"] == answer["chosen"]["micro_batch"] == 4
-    assert diff(OCR / MOBILE, out) == ["-    first_bs: &bs 128", "+    first_bs: &bs 4"]
+    assert diff(OCR / MOBILE, out) == [
+        "+# vramtune: tuned for a budget of 35.0 MiB (36700160 bytes); `vramtune check FILE` gates it in CI",
+        "-    first_bs: &bs 128", "+    first_bs: &bs 4"]
 
 
 @pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")

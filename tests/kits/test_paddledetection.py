@@ -92,7 +92,9 @@ def test_apply_writes_only_the_batch_into_the_users_file(fake_cli, tmp_path):
     code, _, stderr = cli("apply", config, "--device", "cpu", "--budget", "30MiB", "-O", "epoch=1")
     assert code == 0, stderr
     tuned = config.with_name(config.stem + ".tuned.yml")
-    assert diff(config, tuned) == ["+TrainReader: {batch_size: 4}"]
+    assert diff(config, tuned) == [
+        "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE` gates it in CI",
+        "+TrainReader: {batch_size: 4}"]
     assert backend.jobs[0].model["options"] == ["epoch=1"]
     said = " ".join(stderr.split())
     assert "the batch per card falls from 8 to 4" in said and "x0.5 here" in said
@@ -139,8 +141,10 @@ def test_a_batch_in_the_users_reader_is_changed_in_place_and_a_tuned_override_no
                           "-O", "epoch=1")
     assert code == 0, stderr
     tuned = config.with_name(config.stem + ".tuned.yml")
-    assert diff(config, tuned) == ["-  batch_size: 8 # default 8 gpus, total bs = 64",
-                                   "+  batch_size: 3 # default 8 gpus, total bs = 64"]  # 6 is over 30 MiB
+    assert diff(config, tuned) == [
+        "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE` gates it in CI",
+        "-  batch_size: 8 # default 8 gpus, total bs = 64",
+        "+  batch_size: 3 # default 8 gpus, total bs = 64"]  # 6 is over 30 MiB
     said = " ".join(stderr.split())
     assert "-o TrainReader.batch_size=6: tuned in the file now; do not pass them to the kit again" in said
     assert f"python tools/train.py -c {tuned.resolve()} -o epoch=1" in said and "-o TrainReader.batch_size=6 " not in said
@@ -218,7 +222,9 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     exported = json.loads(done.stdout)["exported"]
-    assert exported["micro_batch"] == 2 and diff(config, out) == ["+TrainReader: {batch_size: 2}"]
+    assert exported["micro_batch"] == 2 and diff(config, out) == [
+        "+# vramtune: tuned for a budget of 400.0 MiB (419430400 bytes); `vramtune check FILE` gates it in CI",
+        "+TrainReader: {batch_size: 2}"]
     data = coco_dataset(tmp_path / "data", 16, 352, 20)
     peak, _ = client.run_train(config.parents[2], out, [*options, "pretrain_weights=null",
                                                         f"save_dir={tmp_path / 'out'}", *data], tmp_path,

@@ -102,7 +102,9 @@ def test_apply_writes_only_batch_size_beside_the_config(fake_cli, tmp_path):
                           "-O", "iters=10")
     assert code == 0, stderr
     tuned = (checkout / LITESEG).with_name(Path(LITESEG).stem + ".tuned.yml")
-    assert diff(checkout / LITESEG, tuned) == ["-batch_size: 4  # total: 4*4", "+batch_size: 2  # total: 4*4"]
+    assert diff(checkout / LITESEG, tuned) == [
+        "+# vramtune: tuned for a budget of 26.0 MiB (27262976 bytes); `vramtune check FILE` gates it in CI",
+        "-batch_size: 4  # total: 4*4", "+batch_size: 2  # total: 4*4"]
     assert backend.jobs[0].model["options"] == ["iters=10"]
     said = " ".join(stderr.split())
     assert "the batch per card falls from 4 to 2" in said and "x0.5 here" in said
@@ -115,7 +117,9 @@ def test_apply_writes_only_batch_size_beside_the_config(fake_cli, tmp_path):
     assert "--opts batch_size=8: tuned in the file now; do not pass them to the kit again" in said
     tuned = (checkout / FCN).with_name(Path(FCN).stem + ".tuned.yml").resolve()
     assert f"python tools/train.py --config {tuned}\n" in stderr  # the tuned override is not passed again
-    assert diff(checkout / FCN, (checkout / FCN).with_name(Path(FCN).stem + ".tuned.yml")) == ["+batch_size: 4"]
+    assert diff(checkout / FCN, (checkout / FCN).with_name(Path(FCN).stem + ".tuned.yml")) == [
+        "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE` gates it in CI",
+        "+batch_size: 4"]
 
 
 def kit_config(checkout: Path, config: Path) -> dict:
@@ -193,7 +197,10 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     exported = json.loads(done.stdout)["exported"]
     assert exported["micro_batch"] == 2
-    assert diff(CHECKOUT / OPTIC, out) == ["-batch_size: 4", "+batch_size: 2"]
+    assert diff(CHECKOUT / OPTIC, out) == [
+        "-batch_size: 4",  # the file's first line: the recorded budget comes before it
+        "+# vramtune: tuned for a budget of 190.0 MiB (199229440 bytes); `vramtune check FILE` gates it in CI",
+        "+batch_size: 2"]
     assert yaml.safe_load(out.read_text())["batch_size"] == 2
 
     options = [CROP, "model.backbone.pretrained=None", *seg_dataset(tmp_path / "data", 24, 144)]

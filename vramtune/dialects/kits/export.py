@@ -1,5 +1,6 @@
 """`--format kit` (the default for a kit's config): the user's own config with only the tuned keys changed, every
-comment, the key order and the anchors kept (an anchored batch moves its aliases), and the command that trains it."""
+comment, the key order and the anchors kept (an anchored batch moves its aliases), the budget recorded in a comment
+for `vramtune check` (recorded_budget.py), and the command that trains it."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +11,7 @@ from typing import Any
 import yaml
 
 from vramtune.dialects.kits import tags
+from vramtune.recorded_budget import with_budget_line
 from vramtune.report import Report, Tuned
 from vramtune.roundtrip import set_keys
 
@@ -76,7 +78,7 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
         warnings.append(f"{flag} {f' {flag} '.join(overridden)}: tuned in the file now; do not pass them to the kit "
                         "again")
     warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys, tuned_file))
-    return tuned, warnings
+    return with_budget_line(tuned, report.budget.bytes), warnings
 
 
 def estimate_options(spec: Any, strategy: Any) -> tuple[list[str], list[str]]:

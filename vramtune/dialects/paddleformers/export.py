@@ -3,7 +3,7 @@ the tuned keys' values changed (comments, order and quoting kept by roundtrip.py
 
 Written: what each mechanism says of its tuned values in this tool's keys (`to_formers`): the batch and its
 accumulation, recompute only as the combination PaddleFormers' models honour (every layer), and on a GPU the
-precision chosen. A probe on CPU measures CPU equivalents of GPU-only settings (compute_type, attention,
+precision chosen. A YAML file records the budget in a comment (recorded_budget.py) for `vramtune check`. A probe on CPU measures CPU equivalents of GPU-only settings (compute_type, attention,
 fused kernels, sharding); they are never written: the file out is still the user's file for their GPU.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
 from vramtune.mechanisms import MECHANISMS
+from vramtune.recorded_budget import with_budget_line
 from vramtune.report import Report, Tuned
 from vramtune.roundtrip import DELETE, set_keys, value_text
 
@@ -33,7 +34,10 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
     config, tuned = read_config(spec_path), Tuned.of(report)
     changes = tuned_keys(config, tuned)
     text = spec_path.read_text(encoding="utf-8")
-    text, _ = set_keys(text, changes, "json" if spec_path.suffix == ".json" else "yaml")
+    if spec_path.suffix == ".json":  # JSON has no comments: `check` takes --budget
+        text, _ = set_keys(text, changes, "json")
+    else:
+        text = with_budget_line(set_keys(text, changes, "yaml")[0], report.budget.bytes)
     return text, command_warnings(config, spec.model.arguments, {*tuned_keys({}, tuned), *changes}, tuned_file)
 
 
