@@ -1,6 +1,7 @@
 """`vramtune check` on a tool's own file (a PaddleFormers config here; no tuned: section): the strategy the file
 states, read as `apply` writes it, measured against --budget or the budget the file records (no Paddle: fake
-devices). tests/formers/test_check_formers_file.py runs the same gate for real on the demo config."""
+devices), and `measure` on it given neither -m nor -k. tests/formers/test_check_formers_file.py runs the same gate
+for real on the demo config."""
 from __future__ import annotations
 
 import json
@@ -154,3 +155,22 @@ def test_budget_on_a_tuned_spec_judges_that_budget_instead_of_the_tuned_one(fake
     assert (code, json.loads(out)["limit_bytes"]) == (0, int(40 * MiB * 0.95))  # the spec's budget: 40MiB
     code, out, _ = cli("check", tuned, "--budget", "21MiB", "--json")
     assert (code, json.loads(out)["limit_bytes"]) == (1, int(21 * MiB * 0.95))
+
+
+
+def test_measure_without_m_or_k_measures_the_files_own_strategy(fake_cli, formers_file):
+    """As check reads it (m=2 k=2 here); the strategy flags given are set over it; -k alone still needs -m."""
+    cli, backend = fake_cli(FakeDevice())
+    path = formers_file()
+    code, out, err = cli("measure", path, "--budget", "64MiB")
+    assert (code, out) == (0, "")
+    assert err == ("note: the file's strategy: fp32 m=2 k=2 r=0\n"
+                   "fp32 m=2 k=2 r=0: fits\n"
+                   "  peak 24.0 MiB allocated (budget 64.0 MiB)\n" + MEASURED +
+                   "  on fake cpu, paddle 0.0-fake\n")
+    code, _, err = cli("measure", path, "--budget", "64MiB", "-r", "1")
+    assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0\nfp32 m=2 k=2 r=1: fits\n")
+    code, _, err = cli("measure", path, "--budget", "64MiB", "-k", "2")
+    assert (code, err) == (2, f"error: {path}: --micro-batch: is required\n")
+    assert [(job.strategy["micro_batch"], job.strategy["accumulation"], job.strategy["recomputed_blocks"])
+            for job in backend.jobs] == [(2, 2, 0), (2, 2, 1)]

@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from vramtune import render, session
+from vramtune import checking, render, session, stated
 from vramtune.commands import common
 from vramtune.runner import Backend
 from vramtune.spec import Problem, SpecError
@@ -21,14 +21,20 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
                 verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
                 **flags: Any) -> None:
-        """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit)."""
+        """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit). A
+        PaddleFormers, PaddleNLP or kit file given neither -m nor -k: the strategy the file states."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
         options = [*(kit_options or []), *(trailing or [])]
         spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks}, backend)
-        if flags.get("micro_batch") is None:
+        given = {name: common.plain(value) for name, value in flags.items()}
+        if given["micro_batch"] is None and (given["accumulation"] is not None or not checking.is_tool_file(spec)):
             raise SpecError([Problem(str(spec_path), "--micro-batch", "is required")])
-        strategy = session.strategy_from_flags(spec, {k: common.plain(v) for k, v in flags.items()})
         spec_session = session.open_session(spec, backend, warn=render.warn)
+        if given["micro_batch"] is None:  # a tool's own file: the strategy it states, the flags given set over it
+            own = stated.stated_strategy(spec, spec_session.device.kind)
+            render.say(f"note: the file's strategy: {own.label()}")
+            given = {**own.to_json(), **{name: value for name, value in given.items() if value is not None}}
+        strategy = session.strategy_from_flags(spec, given)
         result = session.measure_checked(spec_session, strategy, on_wait=render.say)
         render.render_measure(result, verbose)
         if json_output:
