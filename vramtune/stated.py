@@ -4,10 +4,12 @@ configuration `vramtune apply` would write as this very file.
 It is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
 writes it and no second mapping can drift from it. The candidates are the strategies whose fields can be listed:
 the batch's factors (micro-batch x accumulation = the file's batch per rank), every value of a field with choices,
-both of a switch; a count (blocks recomputed, a partitioning stage) keeps the value `measure` would give it. The first,
-nearest the defaults, whose export says what the file says (key by key: comments and layout aside), is the file's
-strategy; a key the writer leaves out
-(the precision of a file checked on a CPU, which runs fp32) then reads as the default, as a probe there runs it."""
+both of a switch; a count, the values its mechanism says a file may state for the model (`file_counts`, from the
+config.json of a PaddleFormers model folder: the layers recomputed), rendered with the facts a probe would record (the
+model's layers); a count no mechanism lists (a partitioning stage) keeps its default. The first, nearest the
+defaults, whose export says what the file says (key by key: comments and layout aside), is the file's strategy; a key
+the writer leaves out (the precision of a file checked on a CPU, which runs fp32) then reads as the default, as a
+probe there runs it."""
 from __future__ import annotations
 
 import itertools
@@ -17,7 +19,9 @@ from typing import Any
 
 from vramtune import export
 from vramtune.dialects.kits import tags
-from vramtune.mechanisms import strategy_fields
+from vramtune.dialects.paddleformers.shape import model_shape
+from vramtune.estimating.architecture import ArchitectureError, read_config
+from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.reading import Problem, SpecError
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Report
@@ -34,26 +38,46 @@ def batches(per_rank: int) -> list[dict[str, int]]:
     return [{"micro_batch": per_rank // k, "accumulation": k} for k in range(1, per_rank + 1) if per_rank % k == 0]
 
 
-def candidates(base: Strategy, ordered: list[dict[str, int]]) -> list[Strategy]:
-    """Every listable strategy around `base` at these batches: the fewest fields away from it first, then in the
-    batches' order."""
+def model_counts(spec: Spec) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[Any, ...]]]:
+    """Each mechanism's facts about the file's model and the count values a file may state for it (`file_counts`),
+    from the config.json of the model folder the file names (PaddleFormers; its depth as a probe counts it,
+    num_hidden_layers); none for another tool's file or a config.json that cannot be read."""
+    shape = model_shape(spec.model)
+    try:
+        config = read_config(Path(shape[0])) if shape else None
+    except ArchitectureError:
+        config = None
+    if config is None:
+        return {}, {}
+    facts, counts = {}, {}
+    for mechanism in MECHANISMS:
+        facts[mechanism.name], values = mechanism.file_counts(int(config.get("num_hidden_layers") or 0),
+                                                              str(config.get("model_type") or ""))
+        counts.update(values)
+    return facts, counts
+
+
+def candidates(base: Strategy, ordered: list[dict[str, int]], counts: dict[str, tuple[Any, ...]]) -> list[Strategy]:
+    """Every listable strategy around `base` at these batches (a count: the values `counts` gives it): the fewest
+    fields away from it first, then in the batches' order."""
     listed = []
     for field in strategy_fields():
         if field.name in BATCH:
             continue
         given = getattr(base, field.name)
-        values = (False, True) if field.type is bool else (field.choices or ())
+        values = (False, True) if field.type is bool else (counts.get(field.name) or field.choices or ())
         listed.append([(field.name, value) for value in (given, *(v for v in values if v != given))])
     found = [(sum(value != getattr(base, name) for name, value in choice), place, base.with_(**dict(choice), **batch))
              for choice in itertools.product(*listed) for place, batch in enumerate(ordered)]
     return [strategy for *_, strategy in sorted(found, key=lambda item: item[:2])]
 
 
-def exported(spec: Spec, strategy: Strategy, device_kind: str, format_name: str) -> str:
-    """The file `vramtune apply` would write for this strategy, measured on this kind of device."""
+def exported(spec: Spec, strategy: Strategy, device_kind: str, format_name: str,
+             facts: dict[str, dict[str, Any]]) -> str:
+    """The file `vramtune apply` would write for this strategy, measured on this kind of device with these facts."""
     report = Report(spec=spec.name, spec_path=spec.path, device_name="", device_kind=device_kind, device_bytes=0,
                     paddle_version="", budget=Budget(1, 0.0), target_batch=spec.train.target_batch,
-                    chosen=ProbeResult("fits", strategy), probes=[])
+                    chosen=ProbeResult("fits", strategy, facts=facts), probes=[])
     return export.render(format_name, Path(spec.path), spec, report)[0]
 
 
@@ -65,9 +89,10 @@ def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
     parse = json.loads if path.suffix == ".json" else tags.safe_load  # a JSON file may be indented with tabs
     data, format_name = flat(parse(path.read_text(encoding="utf-8"))), export.default_format(path)
     read: dict[str, dict[str, Any]] = {}  # an export's text -> its keys (strategies alike for the format write alike)
+    facts, counts = model_counts(spec)
 
     def changed(strategy: Strategy) -> list[str]:
-        text = exported(spec, strategy, device_kind, format_name)
+        text = exported(spec, strategy, device_kind, format_name, facts)
         if text not in read:
             read[text] = flat(parse(text))
         return changed_keys(data, read[text])
@@ -75,16 +100,16 @@ def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
     base = strategy_from_flags(spec, {"micro_batch": 1})  # the fields the spec fixes (its ranks), the rest defaults
     ordered = sorted(batches(spec.train.target_batch // base.devices), key=lambda b: len(changed(base.with_(**b))))
     nearest: list[str] | None = None
-    for strategy in candidates(base, ordered):
+    for strategy in candidates(base, ordered, counts):
         differences = changed(strategy)
         if not differences:
             return strategy
         nearest = min(nearest or differences, differences, key=_distance)
     raise SpecError([Problem(spec.path, "", (
         "check measures the strategy the file states, read as `vramtune apply` writes it, and no strategy it reads "
-        f"writes this file unchanged; the nearest would change {'; '.join(nearest or [])} (a count, such as the layers "
-        "recomputed or a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K "
-        "... --budget B`)"))])
+        f"writes this file unchanged; the nearest would change {'; '.join(nearest or [])} (a count no mechanism lists "
+        "for the file's model, such as a partitioning stage, is not read yet: gate this file with `vramtune measure "
+        "FILE -m M -k K ... --budget B`)"))])
 
 
 def _distance(differences: list[str]) -> tuple[int, int]:

@@ -119,9 +119,9 @@ def test_a_paddlenlp_arguments_file_is_read_by_its_keys(fake_cli, tmp_path, monk
     assert cli("check", short, "--budget", "64MiB") == (2, "", (
         f"error: {short}: check measures the strategy the file states, read as `vramtune apply` writes it, and no "
         "strategy it reads writes this file unchanged; the nearest would change do_train: True (added); fp16: False "
-        "(added); recompute: False (added); optim: 'adamw' (added) (a count, such as the layers recomputed or a "
-        "partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K ... --budget "
-        "B`)\n"))
+        "(added); recompute: False (added); optim: 'adamw' (added) (a count no mechanism lists for the file's "
+        "model, such as a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K "
+        "... --budget B`)\n"))
     assert cli("check", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
                                          "the one it must fit, e.g. --budget 24GiB)\n")  # JSON has no comments
 
@@ -136,15 +136,47 @@ def test_bad_input_exits_2_and_measures_nothing(fake_cli, formers_file, tmp_path
     assert cli("check", path, "--budget", "40") == (2, "", (
         f"error: {path}: budget: '40' has no unit, so it is bytes, too few for any model: write 40GiB or 40MiB (40B "
         "if bytes are meant) (or 'auto' on a GPU)\n"))
-    recomputed = formers_file(("sharding: \"\"", "sharding: \"\"\nrecompute_granularity: full\nrecompute_method: "
-                                                 "uniform\nrecompute_num_layers: 1"), name="recomputed.yaml")
-    assert cli("check", recomputed, "--budget", "1GiB") == (2, "", (
-        f"error: {recomputed}: check measures the strategy the file states, read as `vramtune apply` writes it, and "
-        "no strategy it reads writes this file unchanged; the nearest would change recompute_granularity: 'full' "
-        "(removed); recompute_method: 'uniform' (removed); recompute_num_layers: 1 (removed) (a count, such as the "
-        "layers recomputed or a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M "
-        "-k K ... --budget B`)\n"))
     assert backend.jobs == []
+
+
+EVERY_LAYER = "recompute_granularity: full\nrecompute_method: uniform\nrecompute_num_layers: 1"
+
+
+def test_a_file_recomputing_every_layer_states_the_models_layers(fake_cli, formers_file):
+    """The keys apply writes for any count on a model that recomputes every layer or none (the demo's 2-layer Llama):
+    r=2, its config.json's num_hidden_layers, as the probe counts its blocks."""
+    cli, backend = fake_cli(FakeDevice())
+    path = formers_file(("sharding: \"\"", f"sharding: \"\"\n{EVERY_LAYER}"))
+    code, out, err = cli("check", path, "--budget", "64MiB")
+    assert (code, out) == (0, "")
+    assert err.startswith("note: the file's strategy: fp32 m=2 k=2 r=2 (--budget 64.0 MiB)\nfp32 m=2 k=2 r=2: fits\n")
+    assert cli("check", path, "--budget", "1MiB")[0] == 1
+    assert [(job.strategy["micro_batch"], job.strategy["accumulation"], job.strategy["recomputed_blocks"])
+            for job in backend.jobs] == [(2, 2, 2), (2, 2, 2)]
+    # the first N by the block method: PaddleFormers' Llama recomputes nothing then, and apply leaves the keys as
+    # they are when it recomputes nothing: r=0
+    block = formers_file(("sharding: \"\"", "sharding: \"\"\n" + EVERY_LAYER.replace("uniform", "block")),
+                         name="block.yaml")
+    code, _, err = cli("check", block, "--budget", "64MiB")
+    assert (code, backend.jobs[-1].strategy["recomputed_blocks"]) == (0, 0)
+    assert err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 (--budget 64.0 MiB)\n")
+
+
+def test_the_block_method_states_its_layer_count_where_the_model_recomputes_the_first_n(fake_cli, formers_file,
+                                                                                          tmp_path):
+    """A model whose code recomputes the first N layers (not one of PaddleFormers' own: a qwen3 config.json of 4
+    layers here): recompute_method block with recompute_num_layers 3 is r=3; uniform with 1 is every layer, r=4."""
+    cli, backend = fake_cli(FakeDevice())
+    folder = tmp_path / "qwen3"
+    shutil.copytree(SPECS / "formers" / "llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "qwen3", "num_hidden_layers": 4}))
+    first = EVERY_LAYER.replace("uniform", "block").replace("layers: 1", "layers: 3")
+    for keys, name in ((first, "first.yaml"), (EVERY_LAYER, "every.yaml")):
+        path = formers_file(("sharding: \"\"", f"sharding: \"\"\n{keys}"), name=name)
+        path.write_text(path.read_text().replace(str(SPECS / "formers" / "llama"), str(folder)))
+        assert cli("check", path, "--budget", "64MiB")[0] == 0
+    assert [job.strategy["recomputed_blocks"] for job in backend.jobs] == [3, 4]
 
 
 def test_budget_on_a_tuned_spec_judges_that_budget_instead_of_the_tuned_one(fake_cli, tmp_path):

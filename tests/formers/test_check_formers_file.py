@@ -49,3 +49,29 @@ def test_the_file_apply_writes_records_its_budget_and_check_gates_it_without_one
                                   "(972.8 KiB = budget 1048576 less 5% headroom)"]
     assert err.startswith("note: the file's strategy: fp32 m=4 k=1 r=0 (--budget 1.0 MiB)\n")
     assert err.endswith("check: fail\n")
+
+
+def test_a_file_recomputing_every_layer_is_measured_at_the_models_layers(cli, monkeypatch, tmp_path):
+    """The keys apply writes when it chooses recompute on the demo's 2-layer Llama (every layer, the only combination
+    PaddleFormers' Llama honours): check reads r=2, its config.json's num_hidden_layers, and measures what
+    `measure -m 4 -k 1 -r 2` measures; over a tiny budget, exit 1."""
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "sft.recompute.yaml"
+    path.write_text(DEMO.read_text().replace("gradient_accumulation_steps: 1\n", "gradient_accumulation_steps: 1\n"
+                    "recompute_granularity: full\nrecompute_method: uniform\nrecompute_num_layers: 1\n"))
+    code, out, err = cli("measure", path, "-m", "4", "-k", "1", "-r", "2", "--budget", "64MiB", "--json")
+    assert code == 0, err
+    peak = json.loads(out)["peak_bytes"]
+    code, out, err = cli("check", path, "--budget", "64MiB", "--json")
+    verdict = json.loads(out)
+    assert (code, verdict["status"], verdict["measured"]["recomputed_blocks"]) == (0, "pass", 2), err
+    assert verdict["measured"]["peak_bytes"] == peak  # the same probe: check reuses what measure stored
+    assert err.startswith("note: the file's strategy: fp32 m=4 k=1 r=2 (--budget 64.0 MiB)\n"
+                          "fp32 m=4 k=1 r=2: fits\n"
+                          f"  peak {peak / 2**20:.1f} MiB allocated (budget 64.0 MiB)\n")
+    code, out, err = cli("check", path, "--budget", "1MiB", "--json")
+    assert (code, json.loads(out)["reasons"]) == (1, [
+        f"peak {peak} bytes ({peak / 2**20:.1f} MiB) no longer fits the limit 996147 bytes (972.8 KiB = budget 1048576 "
+        "less 5% headroom)"]), err
+    assert err.startswith("note: the file's strategy: fp32 m=4 k=1 r=2 (--budget 1.0 MiB)\n") and \
+        err.endswith("check: fail\n")

@@ -276,6 +276,13 @@ class Mechanism:
         in the estimate's predicted best (recompute: whether the model's code recomputes the first N layers)."""
         return {}
 
+    def file_counts(self, layers: int, model_type: str) -> tuple[Facts, dict[str, tuple[Any, ...]]]:
+        """What a PaddleFormers file may state of its count fields, for a model of these layers and model_type (its
+        config.json; no probe ran): its facts as a probe records them, for its `to_formers`, and each count field's
+        values other than the default (recompute: every layer, or 1..L where the model recomputes the first N).
+        `check` renders them through apply's writer to read the file's strategy (stated.py). ({}, {}): none."""
+        return {}, {}
+
     # -- the kits' configs (dialects/kits: what PaddleClas's and PaddleOCR's share; Paddle-free) -----------
     def from_kit(self, config: dict[str, Any]) -> dict[str, Any]:
         """The spec's search keys for it from a kit's config (overrides applied), by the keys the kits share: "off"

@@ -71,14 +71,15 @@ class Recompute(Mechanism):
         """Every layer when the choice recomputes (the only combination PaddleFormers' own models honour, so the
         search explores nothing else there), or the first N layers by the block method where the model's code
         recomputes those (the estimate's paddlefleet models: `formers_facts`); the file's combination removed when
-        it recomputes nothing."""
+        it recomputes nothing (and where the model recomputes the first N, a block method's)."""
         recomputed, facts = tuned.strategy.recomputed_blocks, tuned.facts_of(self.name)
-        if recomputed and (facts.get("recompute_options") or {}).get("partial") and \
-                recomputed < facts.get("total_blocks", 0):
+        partial = (facts.get("recompute_options") or {}).get("partial")
+        if recomputed and partial and recomputed < facts.get("total_blocks", 0):
             return {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": recomputed}
         if recomputed:
             return dict(FORMERS_EVERY_LAYER)
-        if all(config.get(key) == value for key, value in FORMERS_EVERY_LAYER.items()):
+        first_n = partial and config.get("recompute_method") == "block" and config.get("recompute_num_layers")
+        if first_n or all(config.get(key) == value for key, value in FORMERS_EVERY_LAYER.items()):
             return dict.fromkeys(FORMERS_EVERY_LAYER, DELETE)
         return {}
 
@@ -120,6 +121,14 @@ class Recompute(Mechanism):
     def formers_facts(self, model_type) -> dict:
         """PaddleFormers' own models recompute every layer or none; the paddlefleet ones the first N layers too."""
         return {"recompute_options": {"granularities": ["full"], "partial": model_type not in FORMERS_ALL_OR_NONE}}
+
+    def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
+        """The probe's blocks are the model's layers (num_hidden_layers): every one of them where the model's code
+        recomputes every layer or none (`to_formers` writes the same keys for any count there), else 1..L (the
+        first N by the block method, L every layer)."""
+        facts = {"total_blocks": layers, **self.formers_facts(model_type)}
+        counts = range(1, layers + 1) if facts["recompute_options"]["partial"] else range(layers, layers + 1)
+        return facts, {"recomputed_blocks": tuple(counts)} if layers else {}
 
     def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
         """What the model's code can recompute: every layer or none in PaddleFormers' own code, where a layer
