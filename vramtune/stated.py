@@ -40,15 +40,13 @@ def batches(per_rank: int) -> list[dict[str, int]]:
 
 def model_counts(spec: Spec) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[Any, ...]]]:
     """Each mechanism's facts about the file's model and the count values a file may state for it (`file_counts`),
-    from the config.json of the model folder the file names (PaddleFormers; its depth as a probe counts it,
-    num_hidden_layers); none for another tool's file or a config.json that cannot be read."""
+    told the depth (as a probe counts it, num_hidden_layers) and model_type of the config.json in the model folder
+    the file names (PaddleFormers); 0 and "" for another tool's file or a config.json that cannot be read."""
     shape = model_shape(spec.model)
     try:
-        config = read_config(Path(shape[0])) if shape else None
+        config = read_config(Path(shape[0])) if shape else {}
     except ArchitectureError:
-        config = None
-    if config is None:
-        return {}, {}
+        config = {}
     facts, counts = {}, {}
     for mechanism in MECHANISMS:
         facts[mechanism.name], values = mechanism.file_counts(int(config.get("num_hidden_layers") or 0),

@@ -206,3 +206,20 @@ def test_measure_without_m_or_k_measures_the_files_own_strategy(fake_cli, former
     assert (code, err) == (2, f"error: {path}: --micro-batch: is required\n")
     assert [(job.strategy["micro_batch"], job.strategy["accumulation"], job.strategy["recomputed_blocks"])
             for job in backend.jobs] == [(2, 2, 0), (2, 2, 1)]
+
+
+def test_a_stated_sharding_stage_is_read_over_the_files_ranks(fake_cli, formers_file):
+    """sharding stage2 over sharding_parallel_size 2 (its ranks): s=2 n=2, measured on 2 GPUs (--device gpu: the file
+    says cpu); --devices 1 measures one rank without the stage, and says so."""
+    cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB))
+    path = formers_file(("sharding: \"\"", "sharding: stage2\nsharding_parallel_size: 2"))
+    code, _, err = cli("check", path, "--budget", "64MiB", "--device", "gpu")
+    assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 n=2 s=2 (--budget 64.0 MiB)\n"), err
+    code, _, err = cli("check", path, "--budget", "64MiB", "--device", "gpu", "--devices", "1")
+    assert code == 0 and err.startswith(
+        "note: the file's strategy: fp32 m=2 k=2 r=0 n=2 s=2 (--budget 64.0 MiB)\n"
+        "note: measured on 1 rank, tuned on 2: each rank's micro-batch and accumulation as tuned, 4 samples per step "
+        "instead of 8\n"
+        "note: sharding stage 2 needs 2 ranks or more: measured without it, and without data parallel's gradient "
+        "buffers, so a pass may not hold on the tuned ranks\n"), err
+    assert [(job.strategy["devices"], job.strategy["sharding_stage"]) for job in backend.jobs] == [(2, 2), (1, 0)]

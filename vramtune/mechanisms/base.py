@@ -277,10 +277,11 @@ class Mechanism:
         return {}
 
     def file_counts(self, layers: int, model_type: str) -> tuple[Facts, dict[str, tuple[Any, ...]]]:
-        """What a PaddleFormers file may state of its count fields, for a model of these layers and model_type (its
-        config.json; no probe ran): its facts as a probe records them, for its `to_formers`, and each count field's
-        values other than the default (recompute: every layer, or 1..L where the model recomputes the first N).
-        `check` renders them through apply's writer to read the file's strategy (stated.py). ({}, {}): none."""
+        """What a tool's file may state of its count fields, for a model of these layers and model_type (a
+        PaddleFormers model's config.json; 0 and "" where unknown; no probe ran): its facts as a probe records them,
+        for its writer, and each count field's values other than the default (recompute: every layer, or 1..L where
+        the model recomputes the first N; sharding: every stage). `check` renders them through apply's writer to
+        read the file's strategy (stated.py). ({}, {}): none."""
         return {}, {}
 
     # -- the kits' configs (dialects/kits: what PaddleClas's and PaddleOCR's share; Paddle-free) -----------

@@ -125,6 +125,10 @@ class Sharding(Mechanism):
                         if "sharding_parallel_config" in data else {})}
         return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
 
+    def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
+        """Every stage: the file's ranks (its degree) are the spec's, so its writer tells them apart."""
+        return {}, {"sharding_stage": STAGES[1:]}
+
     def from_kit(self, config) -> dict:
         """The kits have no sharding key."""
         return {"sharding": "off"}

@@ -126,9 +126,11 @@ class Recompute(Mechanism):
         """The probe's blocks are the model's layers (num_hidden_layers): every one of them where the model's code
         recomputes every layer or none (`to_formers` writes the same keys for any count there), else 1..L (the
         first N by the block method, L every layer)."""
+        if not layers:
+            return {}, {}
         facts = {"total_blocks": layers, **self.formers_facts(model_type)}
         counts = range(1, layers + 1) if facts["recompute_options"]["partial"] else range(layers, layers + 1)
-        return facts, {"recomputed_blocks": tuple(counts)} if layers else {}
+        return facts, {"recomputed_blocks": tuple(counts)}
 
     def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
         """What the model's code can recompute: every layer or none in PaddleFormers' own code, where a layer
