@@ -4,12 +4,12 @@ configuration `vramtune apply` would write as this very file.
 It is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
 writes it and no second mapping can drift from it. The candidates are the strategies whose fields can be listed:
 the batch's factors (micro-batch x accumulation = the file's batch per rank), every value of a field with choices,
-both of a switch; a count, the values its mechanism says a file may state for the model (`file_counts`, from the
-config.json of a PaddleFormers model folder: the layers recomputed), rendered with the facts a probe would record (the
-model's layers); a count no mechanism lists (a partitioning stage) keeps its default. The first, nearest the
-defaults, whose export says what the file says (key by key: comments and layout aside), is the file's strategy; a key
-the writer leaves out (the precision of a file checked on a CPU, which runs fp32) then reads as the default, as a
-probe there runs it."""
+both of a switch; a count, the values its mechanism says a file may state for the model (`file_counts`: the layers
+recomputed, from the config.json of a PaddleFormers model folder; every sharding stage), rendered with the facts a
+probe would record (the model's layers); a count no mechanism lists (an arguments file's layers recomputed) keeps its
+default. The first, nearest the defaults, whose export says what the file says (key by key: comments and layout
+aside), is the file's strategy; a key the writer leaves out (the precision of a file checked on a CPU, which runs
+fp32) then reads as the default, as a probe there runs it."""
 from __future__ import annotations
 
 import itertools
@@ -106,8 +106,8 @@ def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
     raise SpecError([Problem(spec.path, "", (
         "check measures the strategy the file states, read as `vramtune apply` writes it, and no strategy it reads "
         f"writes this file unchanged; the nearest would change {'; '.join(nearest or [])} (a count no mechanism lists "
-        "for the file's model, such as a partitioning stage, is not read yet: gate this file with `vramtune measure "
-        "FILE -m M -k K ... --budget B`)"))])
+        "for the file's model, such as the layers an arguments file recomputes, is not read yet: gate this file with "
+        "`vramtune measure FILE -m M -k K ... --budget B`)"))])
 
 
 def _distance(differences: list[str]) -> tuple[int, int]:

@@ -120,8 +120,8 @@ def test_a_paddlenlp_arguments_file_is_read_by_its_keys(fake_cli, tmp_path, monk
         f"error: {short}: check measures the strategy the file states, read as `vramtune apply` writes it, and no "
         "strategy it reads writes this file unchanged; the nearest would change do_train: True (added); fp16: False "
         "(added); recompute: False (added); optim: 'adamw' (added) (a count no mechanism lists for the file's "
-        "model, such as a partitioning stage, is not read yet: gate this file with `vramtune measure FILE -m M -k K "
-        "... --budget B`)\n"))
+        "model, such as the layers an arguments file recomputes, is not read yet: gate this file with `vramtune "
+        "measure FILE -m M -k K ... --budget B`)\n"))
     assert cli("check", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
                                          "the one it must fit, e.g. --budget 24GiB)\n")  # JSON has no comments
 
@@ -214,7 +214,8 @@ def test_a_stated_sharding_stage_is_read_over_the_files_ranks(fake_cli, formers_
     cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB))
     path = formers_file(("sharding: \"\"", "sharding: stage2\nsharding_parallel_size: 2"))
     code, _, err = cli("check", path, "--budget", "64MiB", "--device", "gpu")
-    assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 n=2 s=2 (--budget 64.0 MiB)\n"), err
+    assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 n=2 s=2 (--budget 64.0 MiB)\n"), \
+        err
     code, _, err = cli("check", path, "--budget", "64MiB", "--device", "gpu", "--devices", "1")
     assert code == 0 and err.startswith(
         "note: the file's strategy: fp32 m=2 k=2 r=0 n=2 s=2 (--budget 64.0 MiB)\n"

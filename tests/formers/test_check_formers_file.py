@@ -65,7 +65,7 @@ def test_a_file_recomputing_every_layer_is_measured_at_the_models_layers(cli, mo
     code, out, err = cli("check", path, "--budget", "64MiB", "--json")
     verdict = json.loads(out)
     assert (code, verdict["status"], verdict["measured"]["recomputed_blocks"]) == (0, "pass", 2), err
-    assert verdict["measured"]["peak_bytes"] == peak  # the same probe: check reuses what measure stored
+    assert verdict["measured"]["peak_bytes"] == peak  # a probe of its own (not reused), to the byte
     assert err.startswith("note: the file's strategy: fp32 m=4 k=1 r=2 (--budget 64.0 MiB)\n"
                           "fp32 m=4 k=1 r=2: fits\n"
                           f"  peak {peak / 2**20:.1f} MiB allocated (budget 64.0 MiB)\n")
