@@ -87,6 +87,27 @@ def test_an_arguments_file_is_edited_in_place_and_a_cleared_key_removed(tmp_path
                     '  "device": "cpu"\n}\n')
 
 
+
+def test_no_stage_on_several_ranks_clears_the_stage_the_arguments_file_stated(tmp_path):
+    """The file said stage2; the measured choice shards nothing over its 2 ranks: the file must not keep stage2."""
+    from types import SimpleNamespace
+
+    from vramtune.export import arguments_file
+    from vramtune.records import Budget
+    from vramtune.report import Report
+
+    original = '{\n  "model_name_or_path": "./tiny-llama",\n  "sharding": "stage2",\n  "sharding_parallel_degree": 2,\n' \
+               '  "per_device_train_batch_size": 8,\n  "gradient_accumulation_steps": 1\n}\n'
+    path = tmp_path / "args.json"
+    path.write_text(original)
+    plain = measured(plan("fp32", 8, 1).with_(devices=2))
+    report = Report(spec="args", spec_path=str(path), device_name="fake cpu", device_kind="cpu", device_bytes=0,
+                    paddle_version="0.0-fake", budget=Budget(BUDGET, 0.05), target_batch=16, chosen=plain,
+                    probes=[plain])
+    spec = SimpleNamespace(arguments=json.loads(original), train=SimpleNamespace(optimizer="adamw"))
+    text, _ = arguments_file.render(path, spec, report, "TUNED_FILE")
+    assert json.loads(text)["sharding"] == ""
+
 def test_the_faithful_format_names_each_formats_own_tool():
     assert [expressible.faithful_format(name) for name in ("yaml", "arguments", "kit", "paddleformers", "new")] == [
         "--format yaml, trained with vramtune.runtime", "--format arguments, for PaddleNLP's llm scripts",

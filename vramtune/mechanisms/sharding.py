@@ -145,9 +145,11 @@ class Sharding(Mechanism):
         return {"sharding": ""} if arguments.get("sharding", "stage1") else {}
 
     def to_arguments(self, tuned):
+        """No stage on several ranks is written as `sharding: ""`: a stage the file stated would otherwise stay and
+        train what was not measured."""
         stage = tuned.strategy.sharding_stage
         if not stage:
-            return {}, []
+            return ({"sharding": ""} if tuned.strategy.devices > 1 else {}), []
         return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned.strategy.devices}, []
 
     # -- search ------------------------------------------------------------------------------------------
