@@ -27,7 +27,8 @@ def _complete_device(ctx: click.Context, param: click.Parameter, incomplete: str
     return [value for value in ("auto", "cpu", "gpu", "gpu:0", "gpu:1") if value.startswith(incomplete)]
 
 
-SpecArg = typer.Argument(..., help="a spec (YAML) or a PaddleNLP arguments file (JSON)", show_default=False)
+SpecArg = typer.Argument(..., help="your training file: a PaddleFormers config, a kit config, a PaddleNLP arguments "
+                         "file (JSON) or a vramtune spec", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="machine-readable result on stdout (human output on stderr)")
 BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 15.5GiB (overrides the spec)")
 DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
