@@ -12,6 +12,7 @@ from conftest import CONFIGS, SPECS, needs_paddlenlp
 from fakes import FakeDevice, MiB
 
 from vramtune.recorded_budget import recorded_budget, with_budget_line
+from vramtune.spec.files import OPTIONS_ELSEWHERE
 
 DEMO = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text()
 MEASURED = ("  0.060s per optimizer step, 66.7 samples/s, loss 1.0\n"  # the fake device's m=2 k=2
@@ -224,3 +225,30 @@ def test_a_stated_sharding_stage_is_read_over_the_files_ranks(fake_cli, formers_
         "note: sharding stage 2 needs 2 ranks or more: measured without it, and without data parallel's gradient "
         "buffers, so a pass may not hold on the tuned ranks\n"), err
     assert [(job.strategy["devices"], job.strategy["sharding_stage"]) for job in backend.jobs] == [(2, 2), (1, 0)]
+
+
+def test_the_configs_own_overrides_apply_to_the_spec_it_measures(fake_cli, formers_file):
+    """-O KEY=VALUE and KEY=VALUE after the file, as apply took them: a check without them measures another job."""
+    cli, backend = fake_cli(FakeDevice())
+    path = formers_file()
+    assert cli("check", path, "--budget", "64MiB")[0] == 0
+    plain = backend.jobs[-1]
+    assert (plain.model["seq_len"], plain.learning_rate) == (128, 1.0e-4)
+    code, out, err = cli("check", path, "--budget", "64MiB", "-O", "max_seq_len=16", "learning_rate=0.5")
+    assert (code, out) == (0, "")
+    assert err == ("note: the file's strategy: fp32 m=2 k=2 r=0 (--budget 64.0 MiB)\n"
+                   "fp32 m=2 k=2 r=0: fits\n"
+                   "  peak 24.0 MiB allocated (budget 64.0 MiB)\n" + MEASURED +
+                   "  on fake cpu, paddle 0.0-fake\n"
+                   "check: pass\n")
+    job = backend.jobs[-1]
+    assert (job.model["seq_len"], job.model["arguments"]["max_seq_len"], job.learning_rate) == (16, 16, 0.5)
+    assert (job.strategy["micro_batch"], job.strategy["accumulation"]) == (2, 2)
+
+
+def test_overrides_on_a_vramtune_spec_are_bad_input(fake_cli):
+    cli, backend = fake_cli(FakeDevice())
+    spec = CONFIGS / "mlp-python-cpu.yaml"
+    code, out, err = cli("check", spec, "-O", "train.steps=2")
+    assert (code, out, backend.jobs) == (2, "", [])
+    assert err == f"error: {spec}: " + OPTIONS_ELSEWHERE + "\n"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -19,6 +19,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         tuned_path: Path = typer.Argument(..., metavar="FILE", help="a file written by `vramtune apply`: a spec with "
                                           "its tuned: section, or a PaddleFormers, PaddleNLP or kit file",
                                           show_default=False),
+        trailing: Optional[List[str]] = common.TrailingArg,
         budget: Optional[str] = typer.Option(None, "--budget", help="the budget it must fit, e.g. 24GiB (a "
                                              "PaddleFormers, PaddleNLP or kit file's, unless it records one; "
                                              "overrides a spec's)"),
@@ -29,12 +30,15 @@ def register(app: typer.Typer, backend: Backend) -> None:
         devices: Optional[int] = typer.Option(None, "--devices", min=1, help="re-measure on N ranks instead of the "
                                               "tuned ones (each rank's micro-batch and accumulation kept)"),
         json_output: bool = common.JsonOpt,
+        kit_options: Optional[List[str]] = common.KitOpt,
     ) -> None:
         """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits, no longer trains or its peak
-        grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget."""
+        grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget. The
+        config's own overrides (-O KEY=VALUE or KEY=VALUE after the file) apply to the spec it measures, as apply's."""
         if tolerance < 0:
             raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
-        spec = common.load(tuned_path, {"budget": budget}, backend)
+        options = [*(kit_options or []), *(trailing or [])]
+        spec = common.load(tuned_path, {"budget": budget, "kit.options": options}, backend)
         if checking.is_tool_file(spec):
             verdict = checking.check_file(spec, backend, render.say, device, devices)
         else:
