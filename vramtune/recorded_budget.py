@@ -4,6 +4,8 @@ A JSON file (a PaddleNLP arguments file, a PaddleFormers JSON config) has no com
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Sequence
 
 from vramtune.units import format_bytes
 
@@ -11,13 +13,17 @@ PREFIX = "# vramtune: tuned for a budget of "
 _LINE = re.compile(r"^# vramtune: tuned for a budget of [^\n]*?\((\d+) bytes\)[^\n]*\n?", re.MULTILINE)
 
 
-def budget_line(budget_bytes: int) -> str:
-    return f"{PREFIX}{format_bytes(budget_bytes)} ({budget_bytes} bytes); `vramtune check FILE` gates it in CI\n"
+def budget_line(budget_bytes: int, options: Sequence[str] = ()) -> str:
+    """The comment; `options`: the config's own overrides the run was tuned with (not the tuned keys), which check
+    must be given again to measure the same job."""
+    given = "".join(f" -O {shlex.quote(option)}" for option in options)
+    return (f"{PREFIX}{format_bytes(budget_bytes)} ({budget_bytes} bytes); `vramtune check FILE{given}` gates it "
+            "in CI\n")
 
 
-def with_budget_line(text: str, budget_bytes: int) -> str:
+def with_budget_line(text: str, budget_bytes: int, options: Sequence[str] = ()) -> str:
     """The YAML text with the budget line first (an older one replaced, never added twice)."""
-    return budget_line(budget_bytes) + without_budget_line(text)
+    return budget_line(budget_bytes, options) + without_budget_line(text)
 
 
 def without_budget_line(text: str) -> str:

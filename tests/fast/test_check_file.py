@@ -252,3 +252,19 @@ def test_overrides_on_a_vramtune_spec_are_bad_input(fake_cli):
     code, out, err = cli("check", spec, "-O", "train.steps=2")
     assert (code, out, backend.jobs) == (2, "", [])
     assert err == f"error: {spec}: " + OPTIONS_ELSEWHERE + "\n"
+
+
+def test_the_budget_line_apply_writes_names_the_overrides_check_needs(fake_cli, formers_file, tmp_path):
+    cli, backend = fake_cli(FakeDevice())
+    tuned = tmp_path / "sft.tuned.yaml"
+    code, _, err = cli("apply", formers_file(), "--budget", "64MiB", "-o", tuned, "learning_rate=0.5",
+                         "max_seq_len=16")
+    assert code == 0, err
+    assert tuned.read_text().splitlines()[0] == (
+        "# vramtune: tuned for a budget of 64.0 MiB (67108864 bytes); `vramtune check FILE -O learning_rate=0.5 "
+        "-O max_seq_len=16` gates it in CI")
+    code, _, err = cli("check", tuned, "-O", "learning_rate=0.5", "-O", "max_seq_len=16")
+    assert code == 0 and err.startswith("note: the file's strategy: fp32 m=4 k=1 r=0 (the budget it records "
+                                        "64.0 MiB)\n")
+    job = backend.jobs[-1]
+    assert (job.model["seq_len"], job.learning_rate, job.strategy["micro_batch"]) == (16, 0.5, 4)

@@ -93,7 +93,8 @@ def test_apply_writes_only_the_batch_into_the_users_file(fake_cli, tmp_path):
     assert code == 0, stderr
     tuned = config.with_name(config.stem + ".tuned.yml")
     assert diff(config, tuned) == [
-        "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE` gates it in CI",
+        "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE -O epoch=1` "
+        "gates it in CI",
         "+TrainReader: {batch_size: 4}"]
     assert backend.jobs[0].model["options"] == ["epoch=1"]
     said = " ".join(stderr.split())
@@ -142,7 +143,8 @@ def test_a_batch_in_the_users_reader_is_changed_in_place_and_a_tuned_override_no
     assert code == 0, stderr
     tuned = config.with_name(config.stem + ".tuned.yml")
     assert diff(config, tuned) == [
-        "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE` gates it in CI",
+        "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE -O epoch=1` "
+        "gates it in CI",
         "-  batch_size: 8 # default 8 gpus, total bs = 64",
         "+  batch_size: 3 # default 8 gpus, total bs = 64"]  # 6 is over 30 MiB
     said = " ".join(stderr.split())

@@ -103,7 +103,8 @@ def test_apply_writes_only_batch_size_beside_the_config(fake_cli, tmp_path):
     assert code == 0, stderr
     tuned = (checkout / LITESEG).with_name(Path(LITESEG).stem + ".tuned.yml")
     assert diff(checkout / LITESEG, tuned) == [
-        "+# vramtune: tuned for a budget of 26.0 MiB (27262976 bytes); `vramtune check FILE` gates it in CI",
+        "+# vramtune: tuned for a budget of 26.0 MiB (27262976 bytes); `vramtune check FILE -O iters=10` "
+        "gates it in CI",
         "-batch_size: 4  # total: 4*4", "+batch_size: 2  # total: 4*4"]
     assert backend.jobs[0].model["options"] == ["iters=10"]
     said = " ".join(stderr.split())

@@ -78,7 +78,8 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
         warnings.append(f"{flag} {f' {flag} '.join(overridden)}: tuned in the file now; do not pass them to the kit "
                         "again")
     warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys, tuned_file))
-    return with_budget_line(tuned, report.budget.bytes), warnings
+    kept = [option for option in spec.model.options if not is_tuned(option, tuned_keys)]
+    return with_budget_line(tuned, report.budget.bytes, kept), warnings
 
 
 def estimate_options(spec: Any, strategy: Any) -> tuple[list[str], list[str]]:

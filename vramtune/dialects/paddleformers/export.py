@@ -33,24 +33,29 @@ def tuned_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
 def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple[str, list[str]]:
     config, tuned = read_config(spec_path), Tuned.of(report)
     changes = tuned_keys(config, tuned)
+    kept, overriding = given_overrides(config, spec.model.arguments, {*tuned_keys({}, tuned), *changes})
     text = spec_path.read_text(encoding="utf-8")
     if spec_path.suffix == ".json":  # JSON has no comments: `check` takes --budget
         text, _ = set_keys(text, changes, "json")
     else:
-        text = with_budget_line(set_keys(text, changes, "yaml")[0], report.budget.bytes)
-    return text, command_warnings(config, spec.model.arguments, {*tuned_keys({}, tuned), *changes}, tuned_file)
+        text = with_budget_line(set_keys(text, changes, "yaml")[0], report.budget.bytes, kept)
+    return text, command_warnings(kept, overriding, tuned_file)
 
 
-def command_warnings(config: dict[str, Any], arguments: dict[str, Any], tuned: set[str],
-                     tuned_file: str) -> list[str]:
-    """With key=value overrides given after the file (`arguments`: the file's keys with them): the ones that set a
-    tuned key (they would override the tuned value), and the command that trains the tuned file with the others."""
+def given_overrides(config: dict[str, Any], arguments: dict[str, Any], tuned: set[str]) -> tuple[list[str], list[str]]:
+    """The key=value overrides given after the file (`arguments`: the file's keys with them), as YAML text: the ones
+    that set no tuned key, and the ones that do."""
     overrides = {key: value for key, value in arguments.items() if key not in config or config[key] != value}
-    if not overrides:
-        return []
     given = [f"{key}={'' if value is None else value_text(value)}" for key, value in overrides.items()]  # YAML
-    kept = [item for item, key in zip(given, overrides) if key not in tuned]
-    overriding = [item for item, key in zip(given, overrides) if key in tuned]
+    return ([item for item, key in zip(given, overrides) if key not in tuned],
+            [item for item, key in zip(given, overrides) if key in tuned])
+
+
+def command_warnings(kept: list[str], overriding: list[str], tuned_file: str) -> list[str]:
+    """With overrides given after the file: the ones that set a tuned key (they would override the tuned value), and
+    the command that trains the tuned file with the others."""
+    if not kept and not overriding:
+        return []
     warnings = [f"{' '.join(overriding)}: tuned in the file now; passing them again would override the tuned "
                 "value"] if overriding else []
     return [*warnings, "train the tuned file with: " + shlex.join(["paddleformers-cli", "train", tuned_file, *kept])]
