@@ -12,8 +12,8 @@ CLAS = client.kit("PaddleClas")
 VIT = "ppcls/configs/ImageNet/VisionTransformer/ViT_base_patch16_224.yaml"
 
 
-@pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
-def test_check_measures_the_batch_accumulation_and_amp_apply_wrote(fake_cli, tmp_path):
+def vit_checkout(fake_cli, tmp_path):
+    """A PaddleClas checkout of symlinks holding the ViT config as the user's own file, and a fake GPU CLI."""
     checkout = tmp_path / "PaddleClas"
     checkout.mkdir()
     for part in ("ppcls", "tools"):
@@ -22,6 +22,12 @@ def test_check_measures_the_batch_accumulation_and_amp_apply_wrote(fake_cli, tmp
     mine.write_text((CLAS / VIT).read_text())
     cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB, amp_factor=0.5,
                                        amp_speed=2.0))
+    return checkout, mine, cli, backend
+
+
+@pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
+def test_check_measures_the_batch_accumulation_and_amp_apply_wrote(fake_cli, tmp_path):
+    checkout, mine, cli, backend = vit_checkout(fake_cli, tmp_path)
     out = checkout / "vit.tuned.yml"
     code, said, err = cli("apply", mine, "--budget", "35MiB", "-o", out, "--json")
     assert code == 0, err
@@ -37,14 +43,7 @@ def test_check_measures_the_batch_accumulation_and_amp_apply_wrote(fake_cli, tmp
 
 @pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
 def test_check_takes_the_overrides_apply_took_and_its_budget_line_names_them(fake_cli, tmp_path):
-    checkout = tmp_path / "PaddleClas"
-    checkout.mkdir()
-    for part in ("ppcls", "tools"):
-        (checkout / part).symlink_to(CLAS / part)
-    mine = checkout / "vit.yaml"
-    mine.write_text((CLAS / VIT).read_text())
-    cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB, amp_factor=0.5,
-                                       amp_speed=2.0))
+    checkout, mine, cli, backend = vit_checkout(fake_cli, tmp_path)
     out = checkout / "vit.tuned.yml"
     code, _, err = cli("apply", mine, "--budget", "35MiB", "-o", out, "-O", "Arch.class_num=10",
                           "-O", "Global.eval_during_train=False")
