@@ -1,6 +1,7 @@
 """The command line: each command's module (vramtune/commands/) parses, calls the session, renders and exits.
 Exit codes: 0 ok, 1 nothing fits / check failed / the probe does not fit, 2 bad input, 3 internal error (traceback
-saved to a file), 128 + the signal's number when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+saved to a file), 128 + the signal's number when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). Under --json, a
+failure prints {"error": ..., "exit_code": ...} on stdout (commands/common.py)."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +10,7 @@ import typer
 
 from vramtune import __version__, interrupts
 from vramtune.commands import apply, autotuner_tool, check, doctor, estimate, measure, plot, probe, validate
+from vramtune.commands.common import JsonUsageErrors
 from vramtune.forking import start_early
 from vramtune.runner import Backend, ChildBackend
 
@@ -17,7 +19,7 @@ COMMANDS = (probe, measure, apply, check, plot, validate, estimate, autotuner_to
 
 def make_app(backend: Backend) -> typer.Typer:
     """The CLI over a measuring backend (real children, or fake devices in tests)."""
-    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
+    app = typer.Typer(cls=JsonUsageErrors, no_args_is_help=True, pretty_exceptions_enable=False,
                       help="Find the fastest PaddlePaddle training configuration that fits your memory budget.")
     for command in COMMANDS:
         command.register(app, backend)

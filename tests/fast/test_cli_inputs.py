@@ -4,6 +4,7 @@ validate takes as probe does (Paddle-free)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 
 import pytest
@@ -22,9 +23,10 @@ def small():
 def test_apply_refuses_the_file_and_the_json_report_both_on_stdout(fake_cli):
     cli, backend = fake_cli(small())
     code, out, err = cli("apply", SPEC, "-o", "-", "--json")
-    assert (code, out, backend.jobs) == (2, "", [])
-    assert err == ("error: -o - and --json both write to stdout: write the file with -o FILE (the JSON report names "
-                   "it), or leave out --json to get the file alone on stdout\n")
+    message = ("-o - and --json both write to stdout: write the file with -o FILE (the JSON report names it), or "
+               "leave out --json to get the file alone on stdout")
+    assert (code, json.loads(out), backend.jobs) == (2, {"error": message, "exit_code": 2}, [])
+    assert err == f"error: {message}\n"
 
 
 # Each shipped NLP config's stack lives in its own environment (docs/environments.md): one of them is missing here.

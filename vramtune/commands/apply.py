@@ -58,10 +58,11 @@ def register(app: typer.Typer, backend: Backend) -> None:
             render.say(f"no saved results for {spec.name} on {spec_session.device.name}: probing first")
             result = common.tune_and_show(spec_session)
             if result.interrupted:
-                raise typer.Exit(common.EXIT_INTERRUPTED)
+                raise common.Failed("interrupted before anything was written: the finished probes are saved; run "
+                                    "again to resume", common.EXIT_INTERRUPTED)
         if not result.chosen:
-            render.error(f"nothing fits {spec.name} within the budget; see `vramtune probe {spec_path}`")
-            raise typer.Exit(common.EXIT_NO_FIT)
+            raise common.Failed(f"nothing fits {spec.name} within the budget; see `vramtune probe {spec_path}`",
+                                common.EXIT_NO_FIT)
         result, preferred = export.prefer(name, spec, result)  # a format's own choice among the fitting results
         faithful = expressible.faithful_format(export.default_format(spec_path))
         exported = exported_result(spec_session, result, name, faithful)
@@ -98,5 +99,5 @@ def exported_result(spec_session: session.Session, report: Report, format_name: 
         accepted = getattr(export.FORMATS[format_name], "ACCEPTED", None)  # None: the format says everything
         return expressible.exported(report.chosen, [*report.probes, *saved], accepted, floor, measure)
     except expressible.NothingExpressible as error:
-        render.error(f"--format {format_name}: {error} (for the chosen one: {faithful})")
-        raise typer.Exit(common.EXIT_NO_FIT) from None
+        raise common.Failed(f"--format {format_name}: {error} (for the chosen one: {faithful})",
+                            common.EXIT_NO_FIT) from None

@@ -1,4 +1,5 @@
-"""What the commands share: exit codes, options, the mechanisms' flags, spec overrides and clean exits."""
+"""What the commands share: exit codes, options, the mechanisms' flags, spec overrides and clean exits (under
+--json, a failure's one JSON object on stdout too)."""
 from __future__ import annotations
 
 import enum
@@ -13,8 +14,9 @@ from typing import Any, Callable, List, Optional
 
 import click
 import typer
+from typer.core import TyperGroup
 
-from vramtune import __version__, render, session
+from vramtune import __version__, interrupts, render, session
 from vramtune.commands import packages
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.runner import Backend
@@ -119,31 +121,74 @@ def _save_traceback() -> str:
     return path
 
 
+class Failed(Exception):
+    """A command's own failure (nothing fits, an interrupted probe run): said as errors are, with its exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def failure_json(message: str, exit_code: int) -> dict[str, Any]:
+    """What --json prints on stdout when a command fails before its result: the message stderr says (several
+    problems: one a line) and the exit code."""
+    return {"error": message, "exit_code": exit_code}
+
+
+def _failure(error: Exception) -> tuple[list[str], int]:
+    """The messages an exception is said with, and the command's exit code."""
+    if isinstance(error, SpecError):
+        return [str(problem) for problem in error.problems], EXIT_BAD_INPUT
+    if isinstance(error, session.USER_ERRORS):
+        return [str(error)], EXIT_BAD_INPUT
+    if isinstance(error, Failed):
+        return [str(error)], error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        return ["interrupted"], EXIT_INTERRUPTED
+    return [f"internal error: {type(error).__name__}: {error} (traceback in {_save_traceback()}; please report "
+             "it)"], EXIT_INTERNAL
+
+
 def exits_cleanly(command: Callable) -> Callable:
-    """Errors users cause: one readable message each, exit 2. Interrupts: 130. Our own bugs: one line naming
-    the file that holds the traceback, exit 3."""
+    """Errors users cause: one readable message each, exit 2. A command's own failure: its message and code.
+    Interrupts: 130. Our own bugs: one line naming the file that holds the traceback, exit 3. Under --json, stdout
+    gets the failure's JSON object (failure_json) too."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Exit):
+        except (typer.Exit, typer.TyperException, click.exceptions.ClickException, click.exceptions.Exit):
             raise
-        except SpecError as error:
-            for problem in error.problems:
-                render.error(str(problem))
-        except session.USER_ERRORS as error:
-            render.error(str(error))
-        except KeyboardInterrupt:
-            render.error("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except Exception as error:
-            render.error(f"internal error: {type(error).__name__}: {error} (traceback in {_save_traceback()}; "
-                         "please report it)")
-            raise typer.Exit(EXIT_INTERNAL) from None
-        raise typer.Exit(EXIT_BAD_INPUT)
+        except (Exception, KeyboardInterrupt) as error:
+            messages, code = _failure(error)
+        for message in messages:
+            render.error(message)
+        if kwargs.get("json_output"):  # an interrupt's real code is its signal's (interrupts.run exits with it)
+            render.emit_json(failure_json("\n".join(messages), interrupts.exit_code() if code == EXIT_INTERRUPTED
+                                          else code))
+        raise typer.Exit(code)
 
     return wrapper
+
+
+class JsonUsageErrors(TyperGroup):
+    """The command line's own usage errors (an unknown option, a value of the wrong type: exit 2) also as a JSON
+    object on stdout, where the command given takes --json and was given it."""
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta["json_output"] = "--json" in rest and command is not None and any(
+            "--json" in parameter.opts for parameter in command.params)
+        return name, command, rest
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.TyperException as error:  # typer's own click: a usage error is one of exit code 2
+            if ctx.meta.get("json_output") and error.exit_code == EXIT_BAD_INPUT:
+                render.emit_json(failure_json(error.format_message(), error.exit_code))
+            raise
 
 
 def tune_and_show(spec_session: session.Session, fresh: bool = False, verbose: bool = False) -> session.Report:

@@ -20,6 +20,7 @@ def split(arguments: list[str]) -> tuple[list[Path], list[str]]:
 
 def register(app: typer.Typer, backend: Backend) -> None:
     @app.command()
+    @common.exits_cleanly
     def validate(
         arguments: List[str] = typer.Argument(..., metavar="SPEC [KEY=VALUE]", show_default=False,
                                               help="spec files; a PaddleFormers or kit config's own overrides after "
@@ -30,9 +31,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         """Check specs without running Paddle; reports every problem in every file."""
         spec_paths, trailing = split(arguments)
         if not spec_paths:
-            render.error(f"no spec file among {' '.join(arguments)} (an argument with = that names no file is an "
-                         "override): vramtune validate SPEC... [KEY=VALUE]...")
-            raise typer.Exit(common.EXIT_BAD_INPUT)
+            raise common.Failed(f"no spec file among {' '.join(arguments)} (an argument with = that names no file is "
+                                "an override): vramtune validate SPEC... [KEY=VALUE]...", common.EXIT_BAD_INPUT)
         changes = {"kit.options": [*(kit_options or []), *trailing]}
         files = []
         for path in spec_paths:
