@@ -30,8 +30,8 @@ def series(probes: list[ProbeResult]) -> dict[str, list[ProbeResult]]:
 
 def text_chart(probes: list[ProbeResult], limit: float, chosen: ProbeResult | None,
                width: int = WIDTH) -> list[str]:
-    """Rich-markup lines: a bar per probe (`width` characters for the largest), `|` where the limit falls, the
-    chosen probe starred."""
+    """Rich-markup lines: a bar per probe (`width` characters for the largest), `|` where the limit falls (a bar over
+    the limit goes past it, one within never does), the chosen probe starred."""
     grouped = series(probes)
     if not grouped:
         return []
@@ -42,7 +42,9 @@ def text_chart(probes: list[ProbeResult], limit: float, chosen: ProbeResult | No
     for name, results in grouped.items():
         for result in results:
             length = round(width * result.used_bytes / top)
-            cells = ["█" if i < length else " " for i in range(max(width, at_limit + 1))]
+            if result.used_bytes > limit:  # past the `|` however little it is over (rounding would reach it only)
+                length = max(length, at_limit + 2)
+            cells = ["█" if i < length else " " for i in range(max(width, at_limit + 1, length))]
             cells[at_limit] = "|"
             style = "green" if result.status == "fits" else "red"
             mark = " *" if result.strategy == chosen_strategy else ""

@@ -18,7 +18,7 @@ from vramtune.session import Say, measure, open_session
 from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
 from vramtune.stated import stated_strategy
 from vramtune.strategy import Strategy
-from vramtune.units import format_bytes
+from vramtune.units import format_bytes, format_percent
 
 
 def _verdict(status: str, measured: ProbeResult | None, reasons: list[str], notes: list[str],
@@ -127,11 +127,13 @@ def judge(result: ProbeResult, budget: Budget, tuned: Tuned, tolerance: float) -
     elif result.status != "fits":
         reasons.append(f"the tuned configuration no longer trains: {result.status}: {result.error}")
     notes = []
+    growth = format_percent(used / before - 1, tolerance, 1, signed=True) if used and before else ""
+    allowed = f"tolerance {tolerance * 100:g}%"  # 2.5% as it is (not 2%)
     if used and before and used > before * (1 + tolerance):
         reasons.append(f"peak grew from {before} bytes ({format_bytes(before)}) at tuning to {used} bytes "
-                       f"({format_bytes(used)}), +{used / before - 1:.1%} > tolerance {tolerance:.0%}")
+                       f"({format_bytes(used)}), {growth} > {allowed}")
     elif used and before:
-        notes.append(f"peak {format_bytes(used)} against {format_bytes(before)} at tuning ({used / before - 1:+.1%}; "
-                     f"tolerance {tolerance:.0%}), limit {format_bytes(budget.limit)}")
+        notes.append(f"peak {format_bytes(used)} against {format_bytes(before)} at tuning ({growth}; "
+                     f"{allowed}), limit {format_bytes(budget.limit)}")
     return _verdict("fail" if reasons else "pass", result, reasons, notes, tuned_peak_bytes=before,
                     limit_bytes=int(budget.limit))

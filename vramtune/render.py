@@ -17,7 +17,7 @@ from vramtune.mechanisms import MECHANISMS
 from vramtune.records import ProbeResult
 from vramtune.report import Report
 from vramtune.strategy import Strategy
-from vramtune.units import format_bytes
+from vramtune.units import format_bytes, format_share
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: wide enough for the probe table
@@ -116,7 +116,7 @@ def probe_table(probes: list[ProbeResult], limit: float) -> Table:
         used = result.used_bytes
         note = "" if result.measured else escape((result.error or "")[:60])
         table.add_row(str(index), escape(result.rung or "-"), escape(result.label()), _status(result.status),
-                      format_bytes(used), f"{used / limit:.0%}" if used else "-",
+                      format_bytes(used), format_share(used, limit) if used else "-",
                       _throughput(result.samples_per_sec), note)
     return table
 
@@ -133,7 +133,8 @@ def choice_line(report: Report) -> str:
                 words[said[0]].append(said[1])
         batch = " x ".join(words["batch"]) + f" = {report.target_batch}"
         return (f"chosen: {', '.join([*words['what'], batch, *words['memory']])}; peak {format_bytes(used)} of "
-                f"{format_bytes(limit)} ({used / limit:.0%}; {headroom}), {chosen.samples_per_sec:.1f} samples/s")
+                f"{format_bytes(limit)} ({format_share(used, limit)}; {headroom}), "
+                f"{chosen.samples_per_sec:.1f} samples/s")
     return f"nothing fits {format_bytes(limit)} ({headroom}) at target batch {report.target_batch}."
 
 
@@ -170,7 +171,7 @@ def render_tuning(report: Report) -> None:
         if closest:
             used = closest.used_bytes
             say(f"closest: {closest.strategy.label()} peaked at {format_bytes(used)}, "
-                f"{format_bytes(used - limit)} over ({used / limit:.0%} of the limit)")
+                f"{format_bytes(used - limit)} over ({format_share(used, limit)} of the limit)")
         for tip in report.suggestions:
             say(f"  would fit with: {tip}")
     say(f"{len(report.probes)} probes in {report.seconds:.1f}s on {report.device_name}")

@@ -1,6 +1,8 @@
-"""Memory sizes: parse what people write ("512MiB", "15.5GiB", "2GB", 1048576) and format bytes."""
+"""Memory sizes: parse what people write ("512MiB", "15.5GiB", "2GB", 1048576) and format bytes; shares of a limit
+as percents that stay on their side of it."""
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {
@@ -53,3 +55,21 @@ def format_bytes(size: int | float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.2f} TiB"
+
+
+def format_percent(value: float, bound: float, digits: int = 0, signed: bool = False) -> str:
+    """`value` (a fraction, 1.0 = 100%) as a percent with `digits` decimals that never reads on the wrong side of
+    `bound` (a fraction): above it, it reads above it (100.2% of a limit is 101%, not 100%); at or below, at most
+    it. Elsewhere it is rounded as usual."""
+    scale = 10**digits
+    units, edge = round(value * 100 * scale), bound * 100 * scale
+    if value > bound and units <= edge:
+        units = math.floor(edge) + 1
+    elif value <= bound and units > edge:
+        units = math.floor(edge)
+    return f"{'+' if signed and units >= 0 else ''}{units / scale:.{digits}f}%"
+
+
+def format_share(used: float, limit: float) -> str:
+    """`used` as a whole percent of `limit`: over the limit never reads 100% or less, within it never over 100%."""
+    return format_percent(used / limit, 1.0)

@@ -70,6 +70,18 @@ def test_nothing_fits_exit_1_and_the_suggested_budget_makes_it_fit(fake_cli):
     assert code == 1, "and a smaller one must not: the suggestion is the least that fits"
 
 
+def test_a_probe_just_over_the_limit_never_reads_100_percent(fake_cli):
+    """38 MiB + 32 KiB against the 38 MiB limit is 100.08%: rounded it read "100%" (the table, the closest line) and
+    its bar stopped at the limit's `|`, as a probe that fits would."""
+    cli, _ = fake_cli(FakeDevice(fixed=38 * MiB, per_sample=MiB / 1000, saved=0, blocks=6))
+    code, _, err = cli("probe", SPEC)
+    assert code == 1
+    assert ("closest: fp16-o2 m=32 k=64 r=0 peaked at 38.0 MiB, 32.8 KiB over (101% of the limit)\n") in err
+    assert "│  3 │ accumulation │ fp16-o2 m=32 k=64 r=0/6  │ over_budget │ 38.0 MiB │     101% │" in err
+    assert f"  fp16-o2 r=0      m=32    {'█' * 46}|█ 38.0 MiB\n" in err
+    assert "100%" not in err
+
+
 def test_second_run_reuses_every_probe(fake_cli):
     cli, backend = fake_cli(small())
     _, first, _ = cli("probe", SPEC, "--json")
@@ -213,6 +225,11 @@ def test_check_tolerance_in_both_directions(fake_cli, tmp_path):
     assert code == 1 and verdict["reasons"][0].startswith(f"peak grew from {int(peak / 1.06)} bytes")
     code, _, _ = cli("check", target, "--tolerance", "0.07")
     assert code == 0
+    code, out, _ = cli("check", edited(target, peak_bytes=int(peak / 1.0504)), "--tolerance", "0.05", "--json")
+    assert json.loads(out)["reasons"] == [f"peak grew from {int(peak / 1.0504)} bytes ({format_bytes(peak / 1.0504)}) "
+                                          f"at tuning to {peak} bytes ({format_bytes(peak)}), +5.1% > tolerance 5%"]
+    code, out, _ = cli("check", edited(target, peak_bytes=int(peak / 1.024)), "--tolerance", "0.025", "--json")
+    assert json.loads(out)["notes"][0].endswith("(+2.4%; tolerance 2.5%), limit 38.0 MiB")  # was "tolerance 2%"
 
 
 def test_check_fails_when_the_tuned_config_no_longer_trains(fake_cli, tmp_path):

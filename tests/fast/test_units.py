@@ -1,6 +1,6 @@
 import pytest
 
-from vramtune.units import SizeError, format_bytes, parse_size
+from vramtune.units import SizeError, format_bytes, format_percent, format_share, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -32,3 +32,23 @@ def test_format_bytes():
     assert format_bytes(1536) == "1.5 KiB"
     assert format_bytes(3 * 2**30) == "3.0 GiB"
     assert format_bytes(None) == "-"
+
+
+LIMIT = 38 * 2**20
+
+
+@pytest.mark.parametrize("used, shown", [
+    (LIMIT + 1, "101%"), (LIMIT * 1.002, "101%"), (LIMIT * 1.006, "101%"),  # over: never 100% (was 100%, 100%, 101%)
+    (LIMIT * 1.05, "105%"), (LIMIT * 1.2345, "123%"),  # further over: rounded as before
+    (LIMIT, "100%"), (LIMIT - 1, "100%"), (LIMIT * 0.5, "50%"), (1, "0%"),  # within: never over 100%
+])
+def test_a_share_of_the_limit_stays_on_its_side(used, shown):
+    assert format_share(used, LIMIT) == shown
+
+
+@pytest.mark.parametrize("value, shown", [
+    (0.0504, "+5.1%"),  # over a 5% tolerance: was +5.0% (> tolerance 5%)
+    (0.05, "+5.0%"), (0.0496, "+5.0%"), (0.04, "+4.0%"), (0.0, "+0.0%"), (-0.03, "-3.0%"), (0.12, "+12.0%"),
+])
+def test_growth_against_a_tolerance_stays_on_its_side(value, shown):
+    assert format_percent(value, 0.05, 1, signed=True) == shown
