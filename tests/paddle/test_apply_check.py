@@ -53,6 +53,33 @@ def test_apply_writes_spec_plus_tuned_section_keeping_comments(tuned_file):
                           "device", "paddle_version", "vramtune_version", "date"}
 
 
+def test_a_tuned_spec_finds_its_factory_where_apply_writes_it(cli, tmp_path, monkeypatch):
+    """The factory module beside the spec only (own_mlp, on no PYTHONPATH): -o into another folder is refused before
+    any probe (it was written, and `check` on it failed, exit 1: "no longer trains ... no module named 'own_mlp'");
+    beside the spec, or with its folder on PYTHONPATH, the written file checks and probes."""
+    monkeypatch.setenv("VRAMTUNE_CACHE", str(tmp_path / "cache"))
+    own, other = tmp_path / "own", tmp_path / "other"
+    own.mkdir()
+    other.mkdir()
+    shutil.copy(CONFIGS / "mlp_model.py", own / "own_mlp.py")
+    spec = own / "mlp.yaml"
+    spec.write_text((CONFIGS / "mlp-python-cpu.yaml").read_text().replace('"mlp_model:build"', '"own_mlp:build"')
+                    + ONE_ANSWER)
+    code, _, err = cli("apply", spec, "-o", other / "mlp.tuned.yaml")
+    assert code == 2 and err.startswith(f"error: {spec}: model.factory is found from the spec's folder")
+    assert list(other.iterdir()) == []
+    code, _, err = cli("apply", spec, "-o", own / "ci.tuned.yaml")
+    assert code == 0, err
+    for command in ("check", "probe"):
+        code, _, err = cli(command, own / "ci.tuned.yaml")
+        assert code == 0, err
+    monkeypatch.setenv("PYTHONPATH", str(own))
+    code, _, err = cli("apply", spec, "-o", other / "mlp.tuned.yaml")
+    assert code == 0, err
+    code, _, err = cli("check", other / "mlp.tuned.yaml")
+    assert code == 0 and err.endswith("check: pass\n"), err
+
+
 def test_check_passes_then_fails_when_budget_drops_below_peak(tuned_file, cli, tmp_path):
     code, out, err = cli("check", tuned_file, "--json")
     assert code == 0, err

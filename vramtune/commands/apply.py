@@ -52,6 +52,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:
             raise export.ExportError(f"{out} exists; pass --force to overwrite it")
+        export.check_output(name, spec_path, spec, out)
         spec_session = session.open_session(spec, backend, warn=render.warn)
         result = spec_session.store.load_summary()
         if result is None:

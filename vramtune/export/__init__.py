@@ -9,6 +9,7 @@ from vramtune.dialects.paddleformers import export as formers_config
 from vramtune.export import arguments_file, paddlenlp_args, yaml_spec
 from vramtune.files import write_atomic
 from vramtune.report import Report
+from vramtune.sources import SOURCES
 
 FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file, kit_config,
                                               formers_config)}
@@ -48,6 +49,28 @@ def check_format(format_name: str, spec_path: Path, spec: Any) -> None:
     if (format_name == formers_config.NAME) != (spec.source == formers_config.NAME):
         raise ExportError(f"--format {format_name} cannot write {spec_path}: a PaddleFormers config is written back "
                           "as itself (--format paddleformers), and only it")
+
+
+def check_output(format_name: str, spec_path: Path, spec: Any, output: Path | None) -> None:
+    """Before any probing: the output's folder is there, and a spec written into another folder than its own still
+    finds what it names from its folder (a factory module: else `check` and `probe` on the tuned file fail)."""
+    if output is None:
+        return
+    folder = output.resolve().parent
+    if not folder.is_dir():
+        raise ExportError(f"cannot write {output}: " + (f"{output.parent} is not a folder" if folder.exists() else
+                                                         f"no such folder: {output.parent}"))
+    if format_name != yaml_spec.NAME or str(folder) == spec.base_dir:
+        return
+    source = SOURCES[spec.source]
+    there = source.found_from(spec.model, str(folder))
+    for key, found in source.found_from(spec.model, spec.base_dir).items():
+        if found is not None and there.get(key) != found:
+            raise ExportError(f"{spec_path}: {key} is found from the spec's folder ({found}); a tuned spec in {folder} "
+                              f"would {f'find {there[key]} instead' if there.get(key) else 'not find it'}, so "
+                              f"`vramtune check` and `probe` on it would fail: write it in the spec's folder "
+                              f"({default_output(spec_path, format_name)} by default, or -o "
+                              f"{Path(spec_path).parent / output.name}), or put {Path(found).parent} on PYTHONPATH")
 
 
 def prefer(format_name: str, spec: Any, report: Report) -> tuple[Report, list[str]]:

@@ -118,6 +118,10 @@ class Python(Source):
         return PythonModel(**{**data, "inputs": [TensorSpec(**t) for t in data["inputs"]],
                               "labels": TensorSpec(**labels) if labels else None})
 
+    def found_from(self, settings: PythonModel, folder: str) -> dict[str, str | None]:
+        found = _module_file(settings.factory.partition(":")[0], search_roots(folder))
+        return {"model.factory": str(found) if found else None}
+
     def identity(self, settings: PythonModel, spec_dir: str) -> dict[str, Any]:
         """The source text of the factory module and the local modules it imports: an edit must re-probe."""
         module = settings.factory.partition(":")[0]
