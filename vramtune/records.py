@@ -76,6 +76,8 @@ class ProbeJob:
     max_grad_norm: float | None = None  # the optimizer clips gradients by their global norm (as the Trainer does)
     seed: int = 0
     check_sample: bool = True  # one sample through the model first (shape errors as BuildError); off once one measured
+    memory_only: bool = False  # the estimate's probes: the peak, not the speed (a warmup without a forward pass;
+    # its step's seconds include what a first step pays)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

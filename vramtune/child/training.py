@@ -52,6 +52,10 @@ class StepRunner:
         loss = loss.detach()
         if self.pending < self.strategy.accumulation:
             return loss, False
+        self._optimizer_step()
+        return loss, True
+
+    def _optimizer_step(self) -> None:
         if self.scaler:
             self.scaler.step(self.optimizer)  # skips the update when it finds inf/nan gradients
             self.scaler.update()
@@ -61,7 +65,6 @@ class StepRunner:
         if self.after_step:
             self.after_step()
         self.pending = 0
-        return loss, True
 
     def warmup_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> float:
         """A step's last micro-batch and the optimizer step; its loss.
@@ -73,6 +76,18 @@ class StepRunner:
         self.pending = self.strategy.accumulation - 1
         loss, _ = self.micro_step(loss_fn, batch)
         return float(loss)
+
+    def state_step(self) -> None:
+        """The optimizer's state created without a forward pass, for a probe that measures memory only (the
+        estimate's): each trained weight's gradient made by the backward of its own sum (a tensor of the weight's
+        shape and type, as a step's backward makes it), then the optimizer step, the zeroing and the model source's
+        after-step, as a step ends. The step after it holds what a later step holds (the weights, the zeroed
+        gradients, the state); this peaks no higher than a step's own optimizer step. One rank only: data parallel's
+        reducer expects one backward over the whole model."""
+        for parameter in self.model.parameters():
+            if not parameter.stop_gradient:
+                parameter.sum().backward()
+        self._optimizer_step()
 
     def train_step(self, loss_fn: Callable[[Any], paddle.Tensor], batch: Any) -> float:
         """One optimizer step over `accumulation` micro-batches (the same batch); mean loss."""

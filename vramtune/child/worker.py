@@ -91,9 +91,13 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
 
 def warm_up(job: ProbeJob, prepared: Any, loss_fn: Any, batch: Any) -> tuple[list[float], bool]:
     """Step until the optimizer's state exists (bounded): GradScaler skips steps while gradients are not finite.
-    A warmup step is a step's last micro-batches and the optimizer step (StepRunner.warmup_step)."""
+    A warmup step is a step's last micro-batches and the optimizer step (StepRunner.warmup_step); a probe that
+    measures memory only creates the state without a forward pass (StepRunner.state_step) instead."""
     from vramtune.child.training import optimizer_state_ready
 
+    if job.memory_only:
+        prepared.runner.state_step()
+        return [], optimizer_state_ready(job.optimizer, prepared.optimizer)
     losses: list[float] = []
     for step in range(job.warmup + MAX_EXTRA_WARMUP):
         if step >= job.warmup and optimizer_state_ready(job.optimizer, prepared.optimizer):

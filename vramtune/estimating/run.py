@@ -228,6 +228,7 @@ class _Prober:
         try:
             job = job_for(spec, strategy, self.cpu, budget)
             job.check_sample = check_sample
+            job.memory_only = strategy.devices == 1  # data parallel's buffers come with a whole step's backward
             result = backend.measure(job, max(spec.probe.timeout, PROBE_TIMEOUT), budget).judged(budget)
         finally:
             self.backends.put(backend)
