@@ -109,6 +109,26 @@ def test_apply_writes_only_the_batch_into_the_users_file(fake_cli, tmp_path):
                                                          "TrainReader": {**base["TrainReader"], "batch_size": 4}}
 
 
+@needs_kit
+def test_a_reader_override_the_tuned_file_does_not_set_is_still_passed_to_the_kit(fake_cli, tmp_path):
+    """The file has no TrainReader: apply writes `TrainReader: {batch_size: N}`, which ppdet merges over its bases key
+    by key, so a -O TrainReader.sample_transforms=... given to the probe is not in the file and must reach the kit
+    (it was dropped from the training command and the budget comment as "tuned"); TrainReader.batch_size is."""
+    config = checkout_copy(tmp_path, PPYOLOE)
+    cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    transforms = "TrainReader.sample_transforms=[{Decode: {}}, {RandomFlip: {}}]"
+    code, _, stderr = cli("apply", config, "--device", "cpu", "--budget", "30MiB", "-O", "TrainReader.batch_size=6",
+                          "-O", transforms)
+    assert code == 0, stderr
+    tuned = config.with_name(config.stem + ".tuned.yml")
+    assert diff(config, tuned) == ["+" + budget_line(30 * MiB, [transforms]).rstrip("\n"),
+                                   "+TrainReader: {batch_size: 3}"]  # 6 is over 30 MiB
+    said = " ".join(stderr.split())
+    assert "-o TrainReader.batch_size=6: tuned in the file now; do not pass them to the kit again" in said
+    assert (f"python tools/train.py -c {tuned.resolve()} -o 'TrainReader.sample_transforms=[{{Decode: {{}}}}, "
+            "{RandomFlip: {}}]'") in said
+
+
 def kit_config(config: Path, options: list[str]) -> dict:
     """The config as tools/train.py reads it with ppdet's own workspace (registered modules' schemas left out: their
     dict items are the config's), in a child with Paddle."""
@@ -225,9 +245,8 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     exported = json.loads(done.stdout)["exported"]
-    untuned = [option for option in options if not option.startswith("TrainReader.")]  # TrainReader: written whole
-    assert exported["micro_batch"] == 2 and diff(config, out) == [
-        "+" + budget_line(400 * MiB, untuned).rstrip("\n"),
+    assert exported["micro_batch"] == 2 and diff(config, out) == [  # the file sets TrainReader.batch_size only
+        "+" + budget_line(400 * MiB, options).rstrip("\n"),
         "+TrainReader: {batch_size: 2}"]
     data = coco_dataset(tmp_path / "data", 16, 352, 20)
     peak, _ = client.run_train(config.parents[2], out, [*options, "pretrain_weights=null",

@@ -31,8 +31,17 @@ def is_kit_config(path: Path) -> bool:
         return False
 
 
+def leaf_keys(changes: dict[str, Any]) -> set[str]:
+    """The dotted keys the changes set. A mapping written where the file had none (`TrainReader: {batch_size: 4}`)
+    sets its own keys only: a kit merges it over its base files and the -o overrides over the file key by key, so an
+    override of a key the mapping lacks (TrainReader.sample_transforms) still applies to the tuned file."""
+    return {leaf for key, value in changes.items()
+            for leaf in ({f"{key}.{inner}" for inner in leaf_keys(value)} if isinstance(value, dict) and value
+                         else {key})}
+
+
 def is_tuned(option: str, keys: set[str]) -> bool:
-    """Whether a -o Key=value override sets a tuned key or a key inside one (a tuned mapping, written whole)."""
+    """Whether a -o Key=value override sets a tuned key (leaf_keys) or a key inside one."""
     key = option.partition("=")[0]
     return any(key == tuned or key.startswith(f"{tuned}.") for tuned in keys)
 
@@ -71,7 +80,7 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
     tuned, followers = set_keys(text, changes, "yaml")
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
-    tuned_keys = set(changes) | set(followers)
+    tuned_keys = leaf_keys(changes) | set(followers)
     overridden = [option for option in spec.model.options if is_tuned(option, tuned_keys)]
     if overridden:
         flag = kit.option_flag
