@@ -45,16 +45,21 @@ def parse_size(value: object) -> int:
     return size
 
 
-def format_bytes(size: int | float | None) -> str:
-    """Human size in binary units, e.g. 1536 -> '1.5 KiB'."""
+def format_bytes(size: int | float | None, up: bool = False) -> str:
+    """Human size in binary units, e.g. 1536 -> '1.5 KiB'; `up`: rounded up to the figure shown, never less than
+    `size` (a budget that must suffice)."""
     if size is None:
         return "-"
     value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
+    for unit, digits in (("B", 0), ("KiB", 1), ("MiB", 1), ("GiB", 1)):
         if abs(value) < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+            return f"{_shown(value, digits, up):.{digits}f} {unit}"
         value /= 1024
-    return f"{value:.2f} TiB"
+    return f"{_shown(value, 2, up):.2f} TiB"
+
+
+def _shown(value: float, digits: int, up: bool) -> float:
+    return math.ceil(value * 10**digits) / 10**digits if up else value
 
 
 def format_percent(value: float, bound: float, digits: int = 0, signed: bool = False) -> str:

@@ -62,10 +62,13 @@ def test_nothing_fits_exit_1_and_the_suggested_budget_makes_it_fit(fake_cli):
     report = json.loads(out)
     assert code == 1 and report["chosen"] is None and "nothing fits" in err
     tip = report["suggestions"][0]
-    assert tip.startswith("a budget of at least ")
-    needed = int(tip.split()[5])
-    code, out, _ = cli("probe", SPEC, "--json", "--budget", str(needed))
-    assert code == 0, "the suggested budget must make the closest miss fit"
+    assert tip == ("a budget of 64.9 MiB (at least 67991875 bytes), under which the closest measured, fp16-o2 m=32 "
+                   "k=64 r=0, fits")
+    assert f"  would fit with: {tip}\n" in err
+    needed = 67991875
+    for budget in (str(needed), "64.9MiB"):  # in bytes, and as it reads
+        code, out, _ = cli("probe", SPEC, "--json", "--budget", budget)
+        assert code == 0, "the suggested budget must make the closest miss fit"
     code, _, _ = cli("probe", SPEC, "--json", "--budget", str(needed - 2))
     assert code == 1, "and a smaller one must not: the suggestion is the least that fits"
 

@@ -7,13 +7,14 @@ import itertools
 import json
 
 import pytest
-from fakes import FakeDevice, MiB, make_problem, plan
+from fakes import FakeDevice, MiB, gpu_shapes, make_problem, plan
 
 from vramtune.mechanisms.precision import dtype_of
 from vramtune.records import ProbeResult
 from vramtune.report import Tuned
 from vramtune.search import MemoryModel, SearchProblem, Tuner, choose
 from vramtune.strategy import Strategy
+from vramtune.units import parse_size
 
 
 def divisors(n: int, max_accumulation: int = 64) -> list[int]:
@@ -107,8 +108,11 @@ def test_nothing_fits_reports_closest_and_suggestions():
     outcome = Tuner(device.measure(100 * MiB), problem(100 * MiB)).run()
     assert outcome.chosen is None
     assert outcome.closest.strategy.micro_batch == 1 and outcome.closest.strategy.recomputed_blocks == 4
-    needed = int(outcome.suggestions[0].removeprefix("a budget of at least ").removesuffix(" bytes"))
-    assert Tuner(device.measure(needed), problem(needed)).run().chosen is not None  # the suggestion is enough
+    assert outcome.suggestions[0] == ("a budget of 211.4 MiB (at least 221635853 bytes), under which the closest "
+                                      "measured, fp32 m=1 k=64 r=4, fits")
+    needed = 221635853
+    for enough in (needed, parse_size("211.4MiB")):  # the suggestion is enough, in bytes and as it reads
+        assert Tuner(device.measure(enough), problem(enough)).run().chosen is not None
     assert Tuner(device.measure(needed - 2), problem(needed - 2)).run().chosen is None  # and the least that is
 
 
@@ -444,21 +448,50 @@ def test_a_precision_not_yet_probed_is_predicted_from_its_own_counted_state():
     assert tuner.prior(o1) == pytest.approx(device.peak(o1))
 
 
-def test_batchnorm_models_get_a_micro_batch_floor_and_the_report_says_what_it_cost():
-    class BatchNormFake(FakeDevice):
-        def result(self, s, budget):
-            result = super().result(s, budget)
-            result.facts["accumulation"] = {"batchnorm_layers": 20}
-            return result
+BATCHNORM_FLOOR = ("micro-batch floor 16 applied (the model has 20 BatchNorm layers, whose statistics over fewer "
+                   "samples are noisy)")
 
-    device = BatchNormFake(overhead=0.0, small_batch_bonus=0.05, recompute_cost=0.1)  # smaller is faster
+
+def test_batchnorm_models_get_a_micro_batch_floor_and_nothing_below_it_is_probed():
+    """The first probe tells the floor: smaller is faster all the way down, yet no probe goes below 16 (m=8 was
+    probed to show what the floor cost: a probe never chosen), and the report says the floor stopped the walk."""
+    device = FakeDevice(overhead=0.0, small_batch_bonus=0.05, recompute_cost=0.1, batchnorm_layers=20)
     budget = 80 * MiB
     outcome = Tuner(device.measure(budget), problem(budget)).run()
-    assert outcome.chosen.strategy.micro_batch >= 16
-    note = next(n for n in outcome.notes if n.startswith("micro-batch floor 16 applied"))
-    assert "the model has 20 BatchNorm layers" in note and "the fastest below it: fp32 m=" in note
+    assert [s.label() for s in device.calls] == ["fp32 m=64 k=1 r=0", "fp32 m=16 k=4 r=0", "fp32 m=32 k=2 r=1",
+                                                 "fp32 m=16 k=4 r=0 static"]
+    assert outcome.chosen.strategy.label() == "fp32 m=16 k=4 r=0"
+    assert f"{BATCHNORM_FLOOR}; nothing below it probed" in outcome.notes
+    device.calls.clear()
     free = Tuner(device.measure(budget), problem(budget, min_micro_batch=1)).run()
     assert free.chosen.strategy.micro_batch < 16  # the spec may lower the floor
+
+
+def test_when_nothing_fits_above_the_floor_the_budget_advised_is_the_floors_measured_one():
+    """fp32 m=64 148 MiB, m=16 52 MiB, m=8 36 MiB over a 38 MiB limit: the closest miss is measured at the floor
+    (before: m=8 was probed, below it, and the advice was m=64's 163357104 bytes, three times what m=16 needs)."""
+    device = FakeDevice(batchnorm_layers=20)
+    outcome = Tuner(device.measure(40 * MiB), problem(40 * MiB, recompute=False)).run()
+    assert [s.label() for s in device.calls] == ["fp32 m=64 k=1 r=0", "fp32 m=16 k=4 r=0"]
+    assert outcome.chosen is None and outcome.closest.strategy.label() == "fp32 m=16 k=4 r=0"
+    assert outcome.suggestions[0] == ("a budget of 54.8 MiB (at least 57395739 bytes), under which the closest "
+                                      "measured, fp32 m=16 k=4 r=0, fits")
+    assert f"{BATCHNORM_FLOOR}; nothing below it probed" in outcome.notes
+    enough = parse_size("54.8MiB")
+    assert Tuner(device.measure(enough), problem(enough, recompute=False)).run().chosen.strategy.micro_batch == 16
+
+
+def test_a_floor_told_by_a_probe_below_it_is_kept_from_then_on():
+    """On a GPU whose whole batch the activation prior skips, the first probe (placed by the prior at m=4) tells the
+    floor: the boundary runs again from 16, reading m=4 but probing nothing below 16; the choice is the one the
+    search made when it still probed below the floor, with the same probes."""
+    shape = gpu_shapes()[1]  # GPT-2 medium seq 1024, 24GB
+    device = dataclasses.replace(shape.device, batchnorm_layers=20, calls=[])
+    prob = dataclasses.replace(shape, device=device).problem()
+    outcome = Tuner(device.measure(prob.budget.bytes, prob.budget.headroom), prob).run()
+    assert [s.micro_batch for s in device.calls] == [4] + [16] * 10
+    assert outcome.chosen.strategy.label() == "bf16-o2 m=16 k=1 r=17"
+    assert f"{BATCHNORM_FLOOR}; the fastest below it: fp16-o2 m=4 k=4 r=0 at 25.4 samples/s" in outcome.notes
 
 
 class Fp16Overflows(FakeDevice):
@@ -659,7 +692,8 @@ def test_probe_on_a_gpu_whose_state_alone_is_over_the_budget_runs_no_probe_and_s
     assert "fp32 not probed: its counted weights, gradients and optimizer state alone take 20.00 GiB per rank, over " \
            "the limit of 15.20 GiB" in report["notes"]
     assert report["suggestions"][0] == (
-        f"a budget of more than {int(20 * 2**30 / 0.95) + 1} bytes: the least counted state (weights, gradients and "
+        f"a budget of more than 21.1 GiB ({int(20 * 2**30 / 0.95) + 1} bytes): the least counted state (weights, "
+        "gradients and "
         "optimizer state) alone takes 20.00 GiB per rank, before any activation; fewer trainable parameters or more "
         "ranks to partition it over shrink it")
 

@@ -34,6 +34,19 @@ def test_format_bytes():
     assert format_bytes(None) == "-"
 
 
+@pytest.mark.parametrize(("size", "nearest", "up"), [
+    (180880001, "172.5 MiB", "172.6 MiB"),  # 172.5006 MiB: the budget advised must read enough
+    (172 * 2**20 + 2**20 // 2, "172.5 MiB", "172.5 MiB"),  # exactly 172.5 MiB stays
+    (2**30 - 1, "1024.0 MiB", "1024.0 MiB"),
+    (22605091032, "21.1 GiB", "21.1 GiB"),
+    (5 * 2**40 + 1, "5.00 TiB", "5.01 TiB"),
+    (1535.5, "1.5 KiB", "1.5 KiB"),
+])
+def test_a_size_rounded_up_reads_at_least_the_size(size, nearest, up):
+    assert (format_bytes(size), format_bytes(size, up=True)) == (nearest, up)
+    assert parse_size(up.replace(" ", "")) >= int(size)
+
+
 LIMIT = 38 * 2**20
 
 

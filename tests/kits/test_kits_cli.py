@@ -166,32 +166,36 @@ SHORTER = "would fit with: a shorter sequence / smaller images, or a smaller mod
 
 @pytest.mark.skipif(SEG is None or CLAS is None, reason=f"no PaddleSeg or PaddleClas checkout in {client.KITS}")
 @pytest.mark.parametrize(("kit", "config", "options", "batchnorm", "budget", "said", "floor"), [
-    # PaddleSeg's floor 2: m=1 k=4, measured just over the limit (22.0 MiB), is below it; the least measured at the
-    # floor or above is the config's batch
+    # PaddleSeg's floor 2: nothing below it probed (m=1 k=4 was, just over the limit at 22.0 MiB, and the budget
+    # advised was the config's batch's, 30905398 bytes); the least measured is at the floor
     ("PaddleSeg", OPTIC, [], 0, "23MiB",
      ["nothing fits 21.8 MiB (budget 23.0 MiB less 5% headroom) at target batch 4.",
-      "closest: fp32 m=4 k=1 r=0 peaked at 28.0 MiB, 6.2 MiB over (128% of the limit)",
-      "would fit with: a budget of at least 30905398 bytes", SHORTER], 2),
-    # BatchNorm's 16: m=8 fits but is below it (it was named closest, "-2.0 MiB over", with a budget of 39735512
-    # bytes: less than the one given); m=16 is over by the line the probes drew, m=64 measured so
+      "closest: fp32 m=2 k=2 r=0 peaked at 24.0 MiB, 2.2 MiB over (110% of the limit)",
+      "would fit with: a budget of 25.3 MiB (at least 26490342 bytes), under which the closest measured, fp32 m=2 "
+      "k=2 r=0, fits", SHORTER], 2),
+    # BatchNorm's 16: nothing below it probed (m=8 was, and fit: first named closest, "-2.0 MiB over", with a budget
+    # of 39735512 bytes, less than the one given; then m=64's 163357104 bytes, three times what m=16 needs)
     ("PaddleClas", VIT, ["-O", "DataLoader.Train.sampler.batch_size=64"], 50, "40MiB",
      ["nothing fits 38.0 MiB (budget 40.0 MiB less 5% headroom) at target batch 64.",
-      "closest: fp32 m=64 k=1 r=0 peaked at 148.0 MiB, 110.0 MiB over (389% of the limit)",
-      "would fit with: a budget of at least 163357104 bytes", SHORTER], 16),
+      "closest: fp32 m=16 k=4 r=0 peaked at 52.0 MiB, 14.0 MiB over (137% of the limit)",
+      "would fit with: a budget of 54.8 MiB (at least 57395739 bytes), under which the closest measured, fp32 m=16 "
+      "k=4 r=0, fits", SHORTER], 16),
 ])
 def test_when_nothing_fits_the_advice_is_at_the_kits_floor_and_over_the_budget(fake_cli, kit, config, options,
                                                                                batchnorm, budget, said, floor):
-    """The closest miss is at the kit's floor or above, and the budget it names is more than the one given: with it,
-    a probe chooses a micro-batch at the floor or above."""
+    """No probe goes below the kit's floor, the closest miss is measured at it, and the budget it names (in MiB as
+    it reads, and in bytes) is more than the one given: with it, a probe chooses a micro-batch at the floor."""
     device = FakeDevice(fixed=20 * MiB, per_sample=2 * MiB, batchnorm_layers=batchnorm)
-    cli, _ = fake_cli(device)
+    cli, backend = fake_cli(device)
     code, _, stderr = cli("probe", client.kit(kit) / config, "--device", "cpu", "--budget", budget,
                           "--precision", "fp32", *options)
     lines = [line.strip() for line in stderr.splitlines()]
     assert code == 1 and lines[-len(said) - 1:-1] == said, stderr
-    advised = said[2].removeprefix("would fit with: a budget of at least ").removesuffix(" bytes")
-    cli, _ = fake_cli(device)
-    code, stdout, stderr = cli("probe", client.kit(kit) / config, "--device", "cpu", "--budget", advised,
-                               "--precision", "fp32", "--json", *options)
-    assert code == 0, stderr
-    assert json.loads(stdout)["chosen"]["micro_batch"] >= floor
+    assert min(job.strategy["micro_batch"] for job in backend.jobs) == floor
+    shown = said[2].removeprefix("would fit with: a budget of ").split(" (")[0].replace(" ", "")
+    for advised in (shown, said[2].split("at least ")[1].split()[0]):
+        cli, _ = fake_cli(device)
+        code, stdout, stderr = cli("probe", client.kit(kit) / config, "--device", "cpu", "--budget", advised,
+                                   "--precision", "fp32", "--json", *options)
+        assert code == 0, stderr
+        assert json.loads(stdout)["chosen"]["micro_batch"] == floor

@@ -6,6 +6,9 @@ import json
 import pytest
 from conftest import CONFIGS, SPECS, gpu_present, needs_paddlenlp
 
+from vramtune.records import Budget
+from vramtune.strategy import Strategy
+
 pytestmark = pytest.mark.paddle
 
 
@@ -63,7 +66,9 @@ def test_nothing_fits_exit_1_with_closest_miss(cli):
     assert code == 1 and report["chosen"] is None
     closest = report["closest"]
     assert closest is not None and used(closest) > report["budget_bytes"] * 0.95
-    assert report["suggestions"][0].startswith("a budget of at least ")  # that it suffices: tests/fast
+    needed = Budget(report["budget_bytes"], report["headroom"]).needed_for(used(closest))
+    assert report["suggestions"][0].endswith(f" (at least {needed} bytes), under which the closest measured, "
+                                             f"{Strategy.from_json(closest).label()}, fits")  # it suffices: tests/fast
     assert "nothing fits" in err and "closest:" in err and "over (" in err
 
 

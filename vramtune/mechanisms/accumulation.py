@@ -88,7 +88,7 @@ class Accumulation(Mechanism):
 
     def suggest(self, search) -> list[str]:
         settings, smallest = search.settings(self.name), search.problem.micro_batches[-1]
-        if smallest > 1:
+        if smallest > search.floor:  # at the floor, a smaller one would not be probed
             return [f"a smaller micro-batch: lower train.target_batch or raise search.max_accumulation "
                     f"(now {settings.max_accumulation}; the smallest micro-batch tried was {smallest})"]
         return []

@@ -24,6 +24,7 @@ from vramtune.search.choice import TIE, choose
 from vramtune.search.memory import MemoryModel, memory_group
 from vramtune.search.speed import SpeedModel
 from vramtune.strategy import Strategy
+from vramtune.units import format_bytes
 
 Measure = Callable[[Strategy], ProbeResult]
 Progress = Callable[[str, Strategy, "ProbeResult | None"], None]  # (rung, strategy, None before / result after)
@@ -420,7 +421,8 @@ class Tuner:
         """(the candidate's probe, its speed, what to compare it with, "at most " where the speed is a bound) for
         the best's configuration with `changes` at a smaller micro-batch with every axis off where that is predicted
         to fit, else every axis at its most saving level at the best's micro-batch or a smaller one."""
-        sizes = [m for m in self.problem.micro_batches if m <= best.strategy.micro_batch][:1 + self.COMPARE_SMALLER]
+        sizes = [m for m in self.problem.micro_batches
+                 if self.floor <= m <= best.strategy.micro_batch][:1 + self.COMPARE_SMALLER]
         plains = [self.without_axes(self.sized(best.strategy.with_(**changes), size)) for size in sizes]
 
         def modelled(strategy: Strategy) -> bool:  # the best's speed at its size is modelled: no probe of it
@@ -489,26 +491,37 @@ class Tuner:
         if alone is not None:
             self.over_by_state(base, alone)
             return
-        ascending = [self.sized(base, m) for m in reversed(self.problem.micro_batches)]
-        best_plain = self.boundary("accumulation", ascending)
+        ascending, best_plain = self.plain_boundary(base)
         failed = self.unstable(base)
         if failed is not None:
             self.note_unstable(base, failed)
             return
+        floor = next(i for i, s in enumerate(ascending) if s.micro_batch >= self.floor)
         best: ProbeResult | None = None
         larger_is_faster = True
-        start = 0
-        floor = next(i for i, s in enumerate(ascending) if s.micro_batch >= self.floor)
+        start = floor  # what fits is below the floor, or nothing fits: the axes from the floor up
         if best_plain is not None and ascending.index(best_plain) >= floor:
             start = ascending.index(best_plain) + 1
             best = self.results[best_plain]
-            best, larger_is_faster = self.smaller_walk(ascending, ascending.index(best_plain), best, floor)
-        elif best_plain is not None:  # what fits is below the floor: the axes from the floor up
-            start = floor
+            best, larger_is_faster = self.smaller_walk(ascending[floor:], start - 1 - floor, best)
         if not larger_is_faster:
             return
         for axis in _roles(roles.AXES):
             self.axis_search(axis, ascending[start:], best)
+
+    def plain_boundary(self, base: Strategy) -> tuple[list[Strategy], Strategy | None]:
+        """The setting's candidates with every axis off, smallest first, and the largest that fits (None: none
+        does). Those below the micro-batch floor are among them only where measured before a probe told the floor
+        (its first probe's facts): the boundary reads them but probes nothing below the floor, where no probe can be
+        chosen. Where this boundary's own first probe told the floor, the boundary runs again, its probes reused
+        (unless that probe was a numeric failure, which no micro-batch cures)."""
+        every = [self.sized(base, m) for m in reversed(self.problem.micro_batches)]
+        while True:
+            floor = self.floor
+            ascending = [s for s in every if s.micro_batch >= floor or s in self.results]
+            found = self.boundary("accumulation", ascending)
+            if self.floor == floor or self.unstable(base) is not None:
+                return ascending, found
 
     def axis_search(self, axis: Mechanism, plains: list[Strategy], best: ProbeResult | None) -> None:
         """At each larger micro-batch, the least saving level of the axis that fits (predicted, verified), while
@@ -562,27 +575,24 @@ class Tuner:
         if predicted is None or predicted <= self.limit * (1 + REFINE_MARGIN):
             self.probe(axis.name, levels[position + 1])
 
-    def smaller_walk(self, ascending: list[Strategy], index: int, best: ProbeResult,
-                     floor: int = 0) -> tuple[ProbeResult, bool]:
-        """Does a smaller micro-batch train faster? (It often does on CPUs.) Walk down while it does, not below the
-        candidate at index `floor`; then try that smallest one too, since CPU throughput need not be monotonic.
+    def smaller_walk(self, ascending: list[Strategy], index: int, best: ProbeResult) -> tuple[ProbeResult, bool]:
+        """Does a smaller micro-batch train faster? (It often does on CPUs.) Walk down the candidates (the floor's
+        first) while it does; then try the smallest one too, since CPU throughput need not be monotonic.
         On a device whose speed rises with the micro-batch, the smallest is tried only after the walk improved,
         and a step predicted to be no faster is not probed.
         Returns (the best, whether larger micro-batches were faster)."""
         improved = False
-        if self.problem.speed_rises_with_batch and index > floor:
+        if self.problem.speed_rises_with_batch and index > 0:
             predicted = self.speed(best.strategy).plain(ascending[index - 1].micro_batch)
             if predicted is not None and predicted <= best.samples_per_sec * (1 + TIE):
                 return best, True
-        while index > floor:
+        while index > 0:
             smaller = self.probe("throughput", ascending[index - 1])
             if not (smaller.fits and smaller.samples_per_sec > best.samples_per_sec * (1 + TIE)):
                 break
             best, index, improved = smaller, index - 1, True
-        if index == floor > 0 and (improved or not self.problem.speed_rises_with_batch):
-            self.probe("below floor", ascending[floor - 1])  # what the floor costs, for the report
-        if (improved or not self.problem.speed_rises_with_batch) and index > floor + 1:
-            smallest = self.probe("throughput", ascending[floor])
+        if (improved or not self.problem.speed_rises_with_batch) and index > 1:
+            smallest = self.probe("throughput", ascending[0])
             if smallest.fits and smallest.samples_per_sec > best.samples_per_sec * (1 + TIE):
                 best, improved = smallest, True
         return best, not improved
@@ -621,10 +631,12 @@ class Tuner:
         floor, why = self.floor_and_why()
         chosen = choose(probes, floor)
         below = [r for r in probes if r.fits and r.strategy.micro_batch < floor]
-        if below:
+        if below:  # measured before a probe told the floor, or saved by an earlier run
             fastest = max(below, key=lambda r: r.samples_per_sec)
             self.note(f"micro-batch floor {floor} applied ({why}); the fastest below it: "
                       f"{fastest.strategy.label()} at {fastest.samples_per_sec:.1f} samples/s")
+        elif why and floor > self.problem.micro_batches[-1] and self.stopped_at_floor(chosen, floor):
+            self.note(f"micro-batch floor {floor} applied ({why}); nothing below it probed")
         outcome = Outcome(chosen, probes, self.notes)
         if chosen is None:  # the closest miss a larger budget would make a choice: over it, at the floor or above
             misses = [r for r in probes if (r.used_bytes or 0) > self.limit and r.strategy.micro_batch >= floor]
@@ -632,13 +644,21 @@ class Tuner:
             outcome.suggestions = self.suggest(outcome.closest)
         return outcome
 
+    def stopped_at_floor(self, chosen: ProbeResult | None, floor: int) -> bool:
+        """The search came down to the floor and would have gone on below it: nothing fits, or the floor is chosen."""
+        reached = any(s.micro_batch == floor for s in self.results)
+        return reached and (chosen is None or chosen.strategy.micro_batch == floor)
+
     def suggest(self, closest: ProbeResult | None) -> list[str]:
         """What would make the closest miss fit."""
         tips = []
         if closest is not None:
-            tips.append(f"a budget of at least {self.problem.budget.needed_for(closest.used_bytes)} bytes")
+            needed = self.problem.budget.needed_for(closest.used_bytes)
+            tips.append(f"a budget of {format_bytes(needed, up=True)} (at least {needed} bytes), under which the "
+                        f"closest measured, {closest.strategy.label()}, fits")
         elif self.least_state is not None:
-            tips.append(f"a budget of more than {self.problem.budget.needed_for(int(self.least_state))} bytes: the "
+            needed = self.problem.budget.needed_for(int(self.least_state))
+            tips.append(f"a budget of more than {format_bytes(needed, up=True)} ({needed} bytes): the "
                         f"least counted state (weights, gradients and optimizer state) alone takes "
                         f"{self.least_state / GiB:.2f} GiB per rank, before any activation; fewer trainable "
                         "parameters or more ranks to partition it over shrink it")
