@@ -310,8 +310,10 @@ def test_check_on_a_gpu_is_gated_too_and_apply_from_saved_results_is_not(doctor_
     code, _, err = cli("apply", spec, "-o", tmp_path / "again.yaml")
     assert code == 0 and len(backend.jobs) == probes, err  # from saved results: nothing measured, nothing gated
     code, out, err = cli("check", tuned, "--json")
-    assert (code, out, len(backend.jobs)) == (2, "", probes)
-    assert "error: vramtune doctor: the counters check failed on fake A100 80GB" in err
+    failure = json.loads(out)  # --json: the failure on stdout too (docs/cli.md)
+    assert (code, failure["exit_code"], len(backend.jobs)) == (2, 2, probes)
+    assert failure["error"].startswith("vramtune doctor: the counters check failed on fake A100 80GB")
+    assert err.endswith(f"error: {failure['error']}\n")
 
 
 def test_a_bad_device_is_exit_2_before_any_check_runs(doctor_cli):
