@@ -4,9 +4,10 @@ trains", exit 1; `probe` exit 2): apply refuses before any probe, exit 2, and sa
 from __future__ import annotations
 
 import json
+import shutil
 
 import yaml
-from conftest import mlp_spec
+from conftest import SPECS, mlp_spec
 from fakes import FakeDevice, MiB
 
 
@@ -55,3 +56,22 @@ def test_an_output_folder_that_is_not_there_is_refused_before_any_probe(fake_cli
     code, _, err = cli("apply", spec, "-o", tmp_path / "none" / "x.yaml")
     assert (code, err, backend.jobs) == (2, f"error: cannot write {tmp_path}/none/x.yaml: no such folder: "
                                             f"{tmp_path}/none\n", [])
+
+
+def test_a_paddlenlp_config_folder_given_relative_is_refused_elsewhere_too(fake_cli, tmp_path):
+    """model.config: ./tiny-bert is read from the spec's folder: a copy elsewhere would not find it."""
+    folder = tmp_path / "a"
+    shutil.copytree(SPECS / "tiny-bert", folder / "tiny-bert")
+    spec = folder / "bert.yaml"
+    spec.write_text(yaml.safe_dump({"name": "bert", "model": {"source": "paddlenlp", "config": "./tiny-bert"},
+                                    "data": {"seq_len": 16}, "train": {"target_batch": 4}, "device": "cpu",
+                                    "budget": "40MiB"}, sort_keys=False))
+    cli, backend = fake_cli(small())
+    code, _, err = cli("apply", spec, "-o", tmp_path / "x.yaml")
+    assert (code, backend.jobs) == (2, [])
+    assert err == (f"error: {spec}: model.config is found from the spec's folder ({folder}/tiny-bert); a tuned spec "
+                   f"in {tmp_path} would not find it, so `vramtune check` and `probe` on it would fail: write it in "
+                   f"the spec's folder ({folder}/bert.tuned.yaml by default, or -o {folder}/x.yaml), or write "
+                   f"model.config as the absolute path {folder}/tiny-bert\n")
+    code, _, err = cli("apply", spec, "-o", folder / "x.yaml")
+    assert code == 0 and err.endswith(f"wrote {folder}/x.yaml\n")

@@ -62,15 +62,16 @@ def check_output(format_name: str, spec_path: Path, spec: Any, output: Path | No
                                                          f"no such folder: {output.parent}"))
     if format_name != yaml_spec.NAME or str(folder) == spec.base_dir:
         return
-    source = SOURCES[spec.source]
-    there = source.found_from(spec.model, str(folder))
-    for key, found in source.found_from(spec.model, spec.base_dir).items():
+    source, model = SOURCES[spec.source], spec.raw.get("model") or {}
+    there = source.found_from(spec.model, model, str(folder))
+    for key, found in source.found_from(spec.model, model, spec.base_dir).items():
         if found is not None and there.get(key) != found:
             raise ExportError(f"{spec_path}: {key} is found from the spec's folder ({found}); a tuned spec in {folder} "
                               f"would {f'find {there[key]} instead' if there.get(key) else 'not find it'}, so "
                               f"`vramtune check` and `probe` on it would fail: write it in the spec's folder "
                               f"({default_output(spec_path, format_name)} by default, or -o "
-                              f"{Path(spec_path).parent / output.name}), or put {Path(found).parent} on PYTHONPATH")
+                              f"{Path(spec_path).parent / output.name}), or "
+                              + source.elsewhere.format(found=found, folder=Path(found).parent))
 
 
 def prefer(format_name: str, spec: Any, report: Report) -> tuple[Report, list[str]]:

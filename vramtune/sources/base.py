@@ -49,10 +49,14 @@ class Source:
         keys otherwise (a kit's) rewrites them, and drops the advice it cannot follow."""
         return tips
 
-    def found_from(self, settings: Any, folder: str) -> dict[str, str | None]:
+    def found_from(self, settings: Any, model: dict[str, Any], folder: str) -> dict[str, str | None]:
         """What the spec's keys name that is looked for from the spec's folder, as a spec in `folder` would find it:
-        key -> the file (None: not found). A tuned spec written to another folder must find the same (apply)."""
+        key -> the file (None: not found); `model`: the spec's model: mapping as written. A tuned spec written to
+        another folder must find the same (apply); `elsewhere` says how else it can ({found}: the file, {folder}:
+        its folder)."""
         return {}
+
+    elsewhere = ""
 
     def identity(self, settings: Any, spec_dir: str) -> dict[str, Any]:
         """What else decides the measurements besides the spec's text (e.g. a factory module's source)."""

@@ -144,6 +144,15 @@ class PaddleNLP(Source):
                     "needs"]
         return []
 
+    elsewhere = "write model.config as the absolute path {found}"
+
+    def found_from(self, settings: PaddleNLPModel, model: dict[str, Any], folder: str) -> dict[str, str | None]:
+        config = model.get("config")
+        if not isinstance(config, str) or not looks_like_path(config):
+            return {}  # a built-in name
+        path = (Path(folder) / config).resolve()  # as read(): from the spec's folder
+        return {"model.config": str(path) if path.exists() else None}
+
     def identity(self, settings: PaddleNLPModel, spec_dir: str) -> dict[str, Any]:
         from importlib import metadata
 

@@ -118,7 +118,9 @@ class Python(Source):
         return PythonModel(**{**data, "inputs": [TensorSpec(**t) for t in data["inputs"]],
                               "labels": TensorSpec(**labels) if labels else None})
 
-    def found_from(self, settings: PythonModel, folder: str) -> dict[str, str | None]:
+    elsewhere = "put {folder} on PYTHONPATH"
+
+    def found_from(self, settings: PythonModel, model: dict[str, Any], folder: str) -> dict[str, str | None]:
         found = _module_file(settings.factory.partition(":")[0], search_roots(folder))
         return {"model.factory": str(found) if found else None}
 
