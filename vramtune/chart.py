@@ -9,7 +9,7 @@ from rich.markup import escape
 from vramtune.records import ProbeResult
 from vramtune.report import Report
 from vramtune.strategy import Strategy
-from vramtune.units import format_bytes
+from vramtune.units import format_bytes, format_setting
 
 WIDTH = 48  # characters for the largest of the peaks and the limit
 
@@ -69,7 +69,7 @@ def plot_png(report: Report, output: Path) -> None:
         axes.scatter([r.strategy.micro_batch for r in over], [r.used_bytes / mib for r in over], s=80,
                      facecolors="none", edgecolors="red", zorder=3)
     axes.axhline(report.limit / mib, color="red", linestyle="--",
-                 label=f"limit {format_bytes(report.limit)} (budget less {report.budget.headroom:.0%})")
+                 label=f"limit {format_bytes(report.limit)} (budget less {format_setting(report.budget.headroom)})")
     axes.axhline(report.budget.bytes / mib, color="grey", linestyle=":", label="budget")
     chosen = report.chosen
     if chosen:

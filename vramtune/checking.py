@@ -18,7 +18,7 @@ from vramtune.session import Say, measure, open_session
 from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
 from vramtune.stated import stated_strategy
 from vramtune.strategy import Strategy
-from vramtune.units import format_bytes, format_percent
+from vramtune.units import format_bytes, format_percent, format_setting
 
 
 def _verdict(status: str, measured: ProbeResult | None, reasons: list[str], notes: list[str],
@@ -122,13 +122,14 @@ def judge(result: ProbeResult, budget: Budget, tuned: Tuned, tolerance: float) -
     reasons = []
     if result.status == "over_budget":
         reasons.append(f"peak {used} bytes ({format_bytes(used)}) no longer fits the limit {int(budget.limit)} bytes "
-                       f"({format_bytes(budget.limit)} = budget {budget.bytes} less {budget.headroom:.0%} headroom)"
-                       if not budget.fits(used) else f"no longer fits: {result.error}")
+                       f"({format_bytes(budget.limit)} = budget {budget.bytes} less "
+                       f"{format_setting(budget.headroom)} headroom)" if not budget.fits(used) else
+                       f"no longer fits: {result.error}")
     elif result.status != "fits":
         reasons.append(f"the tuned configuration no longer trains: {result.status}: {result.error}")
     notes = []
     growth = format_percent(used / before - 1, tolerance, 1, signed=True) if used and before else ""
-    allowed = f"tolerance {tolerance * 100:g}%"  # 2.5% as it is (not 2%)
+    allowed = f"tolerance {format_setting(tolerance)}"
     if used and before and used > before * (1 + tolerance):
         reasons.append(f"peak grew from {before} bytes ({format_bytes(before)}) at tuning to {used} bytes "
                        f"({format_bytes(used)}), {growth} > {allowed}")

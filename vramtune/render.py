@@ -17,7 +17,7 @@ from vramtune.mechanisms import MECHANISMS
 from vramtune.records import ProbeResult
 from vramtune.report import Report
 from vramtune.strategy import Strategy
-from vramtune.units import format_bytes, format_share
+from vramtune.units import format_bytes, format_setting, format_share
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: wide enough for the probe table
@@ -124,7 +124,7 @@ def probe_table(probes: list[ProbeResult], limit: float) -> Table:
 def choice_line(report: Report) -> str:
     """The one-line answer (plain text): what was chosen, or that nothing fits."""
     chosen, limit, budget = report.chosen, report.limit, report.budget
-    headroom = f"budget {format_bytes(budget.bytes)} less {budget.headroom:.0%} headroom"
+    headroom = f"budget {format_bytes(budget.bytes)} less {format_setting(budget.headroom)} headroom"
     if chosen:
         used = chosen.used_bytes
         words: dict[str, list[str]] = {"what": [], "batch": [], "memory": []}

@@ -78,3 +78,8 @@ def format_percent(value: float, bound: float, digits: int = 0, signed: bool = F
 def format_share(used: float, limit: float) -> str:
     """`used` as a whole percent of `limit`: over the limit never reads 100% or less, within it never over 100%."""
     return format_percent(used / limit, 1.0)
+
+
+def format_setting(fraction: float) -> str:
+    """A fraction the user set (headroom, tolerance) as the percent it is: 0.05 -> '5%', 0.025 -> '2.5%' (not 2%)."""
+    return f"{fraction * 100:g}%"

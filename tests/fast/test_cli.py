@@ -85,6 +85,12 @@ def test_a_probe_just_over_the_limit_never_reads_100_percent(fake_cli):
     assert "100%" not in err
 
 
+def test_a_headroom_of_2_5_percent_reads_so(fake_cli, write_spec):
+    cli, _ = fake_cli(small())
+    code, out, _ = cli("probe", write_spec(mlp_spec(headroom=0.025)))
+    assert code == 0 and "; budget 40.0 MiB less 2.5% headroom)" in out  # was "less 2% headroom"
+
+
 def test_second_run_reuses_every_probe(fake_cli):
     cli, backend = fake_cli(small())
     _, first, _ = cli("probe", SPEC, "--json")

@@ -1,6 +1,6 @@
 import pytest
 
-from vramtune.units import SizeError, format_bytes, format_percent, format_share, parse_size
+from vramtune.units import SizeError, format_bytes, format_percent, format_setting, format_share, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -65,3 +65,7 @@ def test_a_share_of_the_limit_stays_on_its_side(used, shown):
 ])
 def test_growth_against_a_tolerance_stays_on_its_side(value, shown):
     assert format_percent(value, 0.05, 1, signed=True) == shown
+
+
+def test_a_setting_reads_as_given():
+    assert [format_setting(value) for value in (0.05, 0.025, 0.07, 0.1, 0.0)] == ["5%", "2.5%", "7%", "10%", "0%"]
