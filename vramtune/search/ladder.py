@@ -308,7 +308,8 @@ class Tuner:
         return SpeedModel(self.results, strategy, _roles(roles.AXES), modelled_base=self.problem.speed_rises_with_batch)
 
     def boundary(self, rung: str, candidates: list[Strategy]) -> Strategy | None:
-        """The last candidate that fits, for candidates ordered by increasing memory (predict, verify, correct)."""
+        """The last candidate that fits, for candidates ordered by increasing memory (predict, verify, correct); it
+        stops where a probe told a micro-batch floor above a candidate not probed yet (the caller runs again)."""
         limit = self.limit
         low, high = -1, len(candidates)
         for index, strategy in enumerate(candidates):
@@ -320,6 +321,8 @@ class Tuner:
         prior = True  # unfitted coefficients taken at their bound, until a probe fails without figures
         blind = False  # the last probe failed without figures: the model that chose it says nothing new, so bisect
         while high - low > 1:
+            if any(s.micro_batch < self.floor and s not in self.results for s in candidates):
+                break  # a probe told the floor: the caller runs again from it (plain_boundary)
             model = self.memory_model(candidates[0])
             predicted = [model.predict(s) for s in candidates]
             largest = self.largest(model)
@@ -513,8 +516,8 @@ class Tuner:
         """The setting's candidates with every axis off, smallest first, and the largest that fits (None: none
         does). Those below the micro-batch floor are among them only where measured before a probe told the floor
         (its first probe's facts): the boundary reads them but probes nothing below the floor, where no probe can be
-        chosen. Where this boundary's own first probe told the floor, the boundary runs again, its probes reused
-        (unless that probe was a numeric failure, which no micro-batch cures)."""
+        chosen. Where one of this boundary's own probes told the floor, the boundary stops and runs again, its probes
+        reused (unless that probe was a numeric failure, which no micro-batch cures)."""
         every = [self.sized(base, m) for m in reversed(self.problem.micro_batches)]
         while True:
             floor = self.floor
