@@ -481,17 +481,23 @@ def test_when_nothing_fits_above_the_floor_the_budget_advised_is_the_floors_meas
     assert Tuner(device.measure(enough), problem(enough, recompute=False)).run().chosen.strategy.micro_batch == 16
 
 
-def test_a_floor_told_by_a_probe_below_it_is_kept_from_then_on():
-    """On a GPU whose whole batch the activation prior skips, the first probe (placed by the prior at m=4) tells the
-    floor: the boundary runs again from 16, reading m=4 but probing nothing below 16; the choice is the one the
-    search made when it still probed below the floor, with the same probes."""
-    shape = gpu_shapes()[1]  # GPT-2 medium seq 1024, 24GB
+@pytest.mark.parametrize(("shape", "below", "chosen", "note"), [
+    # the first probe fits below the floor: read, not repeated (the same probes as when the search went below it)
+    (1, 4, "bf16-o2 m=16 k=1 r=17", "the fastest below it: fp16-o2 m=4 k=4 r=0 at 25.4 samples/s"),
+    # the first probe fails below the floor without figures: m=1, which fit, is no longer probed (10 probes then, 21
+    # now: nothing at the floor has figures without it, so recompute's levels are bisected; the same choice)
+    (10, 2, "fp16-o2 m=16 k=4 r=23", "nothing below it probed"),
+])
+def test_a_floor_told_by_a_probe_below_it_is_kept_from_then_on(shape, below, chosen, note):
+    """On a GPU whose whole batch the activation prior skips, the first probe (placed by the prior below 16) tells
+    the floor: the boundary stops and runs again from 16, reading that probe but probing nothing below 16."""
+    shape = gpu_shapes()[shape]  # GPT-2 medium seq 1024 / seq 2048, 24GB
     device = dataclasses.replace(shape.device, batchnorm_layers=20, calls=[])
     prob = dataclasses.replace(shape, device=device).problem()
     outcome = Tuner(device.measure(prob.budget.bytes, prob.budget.headroom), prob).run()
-    assert [s.micro_batch for s in device.calls] == [4] + [16] * 10
-    assert outcome.chosen.strategy.label() == "bf16-o2 m=16 k=1 r=17"
-    assert f"{BATCHNORM_FLOOR}; the fastest below it: fp16-o2 m=4 k=4 r=0 at 25.4 samples/s" in outcome.notes
+    assert [s.micro_batch for s in device.calls if s.micro_batch < 16] == [below] == [device.calls[0].micro_batch]
+    assert outcome.chosen.strategy.label() == chosen
+    assert f"{BATCHNORM_FLOOR}; {note}" in outcome.notes
 
 
 class Fp16Overflows(FakeDevice):
