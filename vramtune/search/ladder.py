@@ -579,8 +579,8 @@ class Tuner:
             self.probe(axis.name, levels[position + 1])
 
     def smaller_walk(self, ascending: list[Strategy], index: int, best: ProbeResult) -> tuple[ProbeResult, bool]:
-        """Does a smaller micro-batch train faster? (It often does on CPUs.) Walk down the candidates (the floor's
-        first) while it does; then try the smallest one too, since CPU throughput need not be monotonic.
+        """Does a smaller micro-batch train faster? (It often does on CPUs.) Walk down the candidates (from the
+        floor up) while it does; then try the smallest one too, since CPU throughput need not be monotonic.
         On a device whose speed rises with the micro-batch, the smallest is tried only after the walk improved,
         and a step predicted to be no faster is not probed.
         Returns (the best, whether larger micro-batches were faster)."""
