@@ -59,3 +59,47 @@ def test_probes_at_shorter_sequences_extrapolate_to_the_probe_at_the_whole_seque
     for mine, theirs in zip(shorter["rows"], whole["rows"], strict=True):
         assert mine["peak_bytes"] == pytest.approx(theirs["peak_bytes"], rel=TOLERANCE), (mine, theirs)
     assert shorter["best"] == whole["best"]
+
+
+
+@pytest.fixture
+def wide_lora(tmp_path, monkeypatch):
+    """A Llama shaped like the large ones' probes (LoRA; 32,768 entries: logits large enough for a reduced
+    vocabulary), small enough for a test: a tiny Llama's own shape sets its peaks with transients instead."""
+    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
+    config = tmp_path / "tiny-llama" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "max_position_embeddings": SEQ,
+                                  "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
+                                  "vocab_size": 32768}))
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "per_device_train_batch_size": 4,
+                                "max_length": SEQ, "device": "cpu", "lora": True, "lora_rank": 8}))
+    return path
+
+
+def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_the_probes_vocabulary(
+        cli, wide_lora, monkeypatch):
+    """With the vocabulary reduced (2,048 of 32,768 entries), the depth-3 recompute probe is not run at the raised
+    vocabulary and the whole sequence: depth 2's there plus what the third layer keeps, measured at 2,048 entries
+    and shorter sequences; against the same estimate with depth 3 probed."""
+    derived = estimated(cli, wide_lora)
+    recomputed = {(p["probe"]["depth"], p["probe"]["vocab"], p["probe"]["seq"])
+                  for p in derived["probe_log"] if p["probe"]["recomputed"]}
+    raised = {vocab for _, vocab, _ in recomputed if vocab != 2048}
+    assert len(raised) == 1 and raised.pop() > 4096
+    assert {(depth, seq) for depth, vocab, seq in recomputed if vocab != 2048} == {(2, None)}
+    assert {(depth, seq) for depth, vocab, seq in recomputed if vocab == 2048} == {
+        (depth, seq) for depth in (2, 3) for seq in (64, 128, 192, 256)}
+    monkeypatch.setattr(run, "_deeper", lambda *args: None)
+    probed = estimated(cli, wide_lora)
+    assert {(p["probe"]["depth"], p["probe"]["seq"]) for p in probed["probe_log"] if p["probe"]["recomputed"]
+            and p["probe"]["vocab"] != 2048} == {(2, None), (3, None)}
+    mine, theirs = ([p for p in answer["activation_fit"]["points"] if p.get("recomputed")]
+                    for answer in (derived, probed))
+    assert [p["depth"] for p in mine] == [p["depth"] for p in theirs] == [2, 3]
+    for one, other in zip(mine, theirs):
+        assert one["activations"] == pytest.approx(other["activations"], rel=TOLERANCE), (mine, theirs)
+    for one, other in zip(derived["rows"], probed["rows"], strict=True):
+        assert one["peak_bytes"] == pytest.approx(other["peak_bytes"], rel=TOLERANCE), (one, other)
+    assert derived["best"] == probed["best"]

@@ -202,11 +202,12 @@ class _Prober:
         return key
 
     def _shorter(self, key: tuple, rung: int = 0) -> tuple[int, ...] | None:
-        """The shorter sequences probe `key` runs at, at a rung (None: the whole one). Not with layers recomputed: on
-        Paddle 2.6, whose peak counts from the process's start, the build's temporaries of the raised vocabulary's
-        embedding and head (Llama-2-7B's at 26,960 entries: 113.7 MiB) set their peak up to a quarter of the
+        """The shorter sequences probe `key` runs at, at a rung (None: the whole one). With layers recomputed, only
+        at a reduced vocabulary: on Paddle 2.6, whose peak counts from the process's start, the build's temporaries of
+        its embedding and head (Llama-2-7B's at 26,960 entries: 113.7 MiB) set their peak up to a quarter of the
         sequence."""
-        return None if key[2] or not self.sequences else probe_sequences(self.seq_len, rung)
+        at_model_vocab = key[2] and (not self.vocab or key[5] != self.vocab)  # raised, or never reduced
+        return None if at_model_vocab or not self.sequences else probe_sequences(self.seq_len, rung)
 
     def _ask_at(self, key: tuple, seq: int | None) -> None:
         if (*key, seq) in self.asked:
@@ -275,10 +276,14 @@ class _Prober:
             return self.results[key]
         result, how = self._collected(key)
         self.results[key] = result
-        self.say(f"  probe depth {depth or 'full'} m={micro}" + (f" recompute {blocks}" if blocks else "")
-                 + (f" on {devices} ranks" if devices > 1 else "") + (f" vocabulary {key[5]:,}" if key[5] else "")
-                 + f": activations {_activations(result) / 2**20:.1f} MiB ({how}{result.seconds:.1f}s)")
+        self.said(key, _activations(result), f"{how}{result.seconds:.1f}s")
         return result
+
+    def said(self, key: tuple, activations: float, how: str) -> None:
+        depth, micro, blocks, _, devices, vocab = key
+        self.say(f"  probe depth {depth or 'full'} m={micro}" + (f" recompute {blocks}" if blocks else "")
+                 + (f" on {devices} ranks" if devices > 1 else "") + (f" vocabulary {vocab:,}" if vocab else "")
+                 + f": activations {activations / 2**20:.1f} MiB ({how})")
 
     def buffer_ratio(self, depth: int | None, micro: int) -> float:
         """paddle.DataParallel's fused gradient buffers over the gradients, from one probe at 2 ranks: what its
@@ -384,10 +389,10 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     for depth in depths:
         prober.ask(depth, 1)  # the likely probes, asked ahead: they run side by side
     if prober.vocab:
-        prober.ask(first, 1, vocab=2 * prober.vocab)  # before micro-batch 2: the raised recompute probes need it
-    prober.ask(first, 2)
-    if recompute:
+        prober.ask(first, 1, vocab=2 * prober.vocab)  # the raised recompute probes are placed from it
+    if recompute:  # before micro-batch 2: the probe at a raised vocabulary and the whole sequence is the longest
         _ask_recomputed_ahead(prober, depths, recompute_depths, counts)
+    prober.ask(first, 2)
     measured = {m: prober.probe(first, m) for m in sizes}
     while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
            and sizes[-1] < MAX_MICRO_BATCH):
@@ -408,8 +413,11 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
         micro = large if floor else small
         if prober.vocab and per_entry > 0:
             asked = _ask_recomputed(prober, depths, recompute_depths, micro, per_entry, counts)
-            recomputed = [(key[2], micro, _recomputed_at(prober, key, per_entry, vocab, bound))
-                          for key, bound in asked]
+            shallower: tuple[int, float, float] | None = None  # depth, activations at the model's, at the probed
+            for key, bound in asked:
+                found = _deeper(prober, shallower, key, bound) if shallower and prober.sequences else None
+                shallower = (key[2], *(found or _recomputed_at(prober, key, per_entry, vocab, bound)))
+                recomputed.append((key[2], micro, shallower[1]))
         else:
             recomputed = [_recomputed_point(prober, depth, micro, floor, measured[small])
                           for depth in recompute_depths]
@@ -459,7 +467,8 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     activations outside the layers plus the logits added, passes by a quarter what a rebuilt moment holds beyond
     them: guessed as REBUILT_LAYERS layers' activations (the one rebuilt and its backward; the checkpoints of the
     others are small), not all of the probe's (Llama-3-8B's shape at depth 3: vocabulary 47k, not 67k); probed at
-    full depth, where the layers are not apart, all of them."""
+    full depth, where the layers are not apart, all of them. Where the probes run at shorter sequences, only the
+    shallowest is asked so; for each deeper one, the shallowest and it at the probes' vocabulary (_deeper)."""
     first, low = depths[0], prober.vocab or 0
     at_first = prober.probe(first, micro)
     found = _blocks(at_first)
@@ -471,24 +480,50 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
         per_layer = (_activations(prober.probe(depths[1], micro)) - _activations(at_first)) / (depths[1] - first)
     vocab = counts.shape.get("vocab_size") or low
     asked = []
-    for depth in sorted(recompute_depths, key=lambda d: -(d or 0)):  # the deepest, the longest, first
+    ordered = sorted(recompute_depths, key=lambda d: d or 0)
+    for index, depth in enumerate(ordered):
         bound = _activations(at_first) + per_layer * ((depth or 0) - (first or 0))
         layers = per_layer * min(depth or 0, REBUILT_LAYERS) if per_layer else bound
         high = min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
-        asked.append((prober.ask(depth, micro, depth or total, granularity, vocab=high), bound))
-    return sorted(asked, key=lambda item: item[0][0] or 0)
+        key = (depth, micro, depth or total, granularity, 1, high)
+        if index and prober.sequences:  # deeper: its layers at the probes' vocabulary and shorter sequences (_deeper)
+            prober.ask(ordered[0], micro, ordered[0] or total, granularity)
+            prober.ask(depth, micro, depth or total, granularity)
+        else:
+            prober.ask(*key[:5], vocab=high)
+        asked.append((key, bound))
+    return asked
 
 
-def _recomputed_at(prober: _Prober, key: tuple, per_entry: float, vocab: int, bound: float) -> float:
-    """Recomputed activations at the model's vocabulary, from the probe `key` (_ask_recomputed) scaled back: where
-    its peak is above `bound` (so the logits, not a rebuilt layer, set it), or at the whole vocabulary; its
-    vocabulary doubled otherwise."""
+def _deeper(prober: _Prober, shallower: tuple[int, float, float], key: tuple, bound: float
+            ) -> tuple[float, float] | None:
+    """A deeper recompute probe at the raised vocabulary, without running it at the whole sequence: the shallower
+    one's activations (at the model's vocabulary, and at the probed one) plus what the added layers keep, measured
+    at the probes' vocabulary (each depth at shorter sequences, extrapolated). The layers kept aside are the same
+    whichever moment sets the peak (the logits', or a layer rebuilt in backward: Llama-2-7B's shape at 2,048 tokens:
+    8,388,864 bytes a layer both ways). None where either depth's fit over the sequence was not exact (a moment that
+    overtakes another on the way: the moments of the two depths may differ too), or where the probed sum does not
+    pass `bound` (a rebuilt layer might set the peak): then it is probed."""
+    depth, micro, blocks, granularity, _, _ = key
+    added = (_activations(prober.probe(depth, micro, blocks, granularity))
+             - _activations(prober.probe(shallower[0], micro, shallower[0], granularity)))
+    if shallower[2] + added <= bound or any(k[2] for k in prober.whole):
+        return None
+    prober.said(key, shallower[2] + added, f"depth {shallower[0]}'s, and what {depth - shallower[0]} more layers "
+                f"keep at vocabulary {prober.vocab:,}")
+    return shallower[1] + added, shallower[2] + added
+
+
+def _recomputed_at(prober: _Prober, key: tuple, per_entry: float, vocab: int, bound: float) -> tuple[float, float]:
+    """Recomputed activations at the model's vocabulary, from the probe `key` (_ask_recomputed) scaled back, and as
+    probed: where its peak is above `bound` (so the logits, not a rebuilt layer, set it), or at the whole
+    vocabulary; its vocabulary doubled otherwise."""
     *probe, high = key
     micro = key[1]
     while True:
         above = _activations(prober.probe(*probe, vocab=high))
         if above > bound or high == vocab:
-            return above + micro * per_entry * (vocab - high)
+            return above + micro * per_entry * (vocab - high), above
         high = min(2 * high, vocab)
 
 
