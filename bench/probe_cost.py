@@ -4,9 +4,9 @@
     .venv26/bin/python bench/probe_cost.py configs/bert-mini-cpu.yaml --before REV
 
 Each round runs `vramtune probe SPEC --fresh --json` once with vramtune as of REV (exported with `git archive` to a
-temporary folder, first on PYTHONPATH) and once with --after (a revision, or the working tree), alternately, each
-with its own cache and device lock (other runs on this machine do not make it wait; they still share the CPU,
-hence the alternation).
+temporary folder, first on PYTHONPATH) and once with --after (a revision, a folder holding a vramtune package, or the
+working tree), alternately, each with its own cache and device lock (other runs on this machine do not make it wait;
+they still share the CPU, hence the alternation).
 Cost = the command's wall time over the seconds of the measured training steps its probes report (each probe's
 `steps` phase). It also checks that both choose the same configuration and that every configuration both measured
 peaks at the same bytes."""
@@ -16,6 +16,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,18 +37,34 @@ def export_revision(revision: str, folder: Path) -> Path:
     return target
 
 
+def after_root(after: str | None, folder: Path) -> Path:
+    """Where the `after` variant's vramtune is imported from: the working tree, a folder, or an exported revision
+    (a folder compares one change alone while others edit the working tree)."""
+    if after is None:
+        return ROOT
+    if (Path(after) / "vramtune").is_dir():
+        return Path(after).resolve()
+    return export_revision(after, folder)
+
+
 def tune(spec: Path, code_root: Path, scratch: Path) -> dict:
-    """One `probe --fresh --json` run with vramtune from `code_root`: its wall seconds and report."""
+    """One `probe --fresh --json` run with vramtune from `code_root`: its wall seconds, the CPU seconds of all its
+    processes (vramtune, the warm worker, the probes: the machine's load moves them less than the wall) and report."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code_root), os.environ.get("PYTHONPATH", "")]),
            "VRAMTUNE_CACHE": str(scratch / "cache"), "VRAMTUNE_LOCKS": str(scratch / "locks")}
-    start = time.monotonic()
+    start, used = time.monotonic(), cpu_of_children()
     done = subprocess.run([sys.executable, "-m", "vramtune", "probe", str(spec), "--fresh", "--json"], env=env,
                           capture_output=True, text=True, cwd=spec.parent)
-    wall = time.monotonic() - start
+    wall, cpu = time.monotonic() - start, cpu_of_children() - used
     if done.returncode not in (0, 1):
         raise SystemExit(f"probe failed ({done.returncode}):\n{done.stderr[-2000:]}")
     report = json.loads(done.stdout)
-    return {"wall": wall, "report": report}
+    return {"wall": wall, "cpu": cpu, "report": report}
+
+
+def cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def summary(run: dict) -> dict:
@@ -64,8 +81,9 @@ def summary(run: dict) -> dict:
     phases["the search between probes"] = run["report"]["seconds"] - probe_seconds
     phases["outside the search (start, Paddle's import in the warm worker, report, exit)"] = \
         run["wall"] - run["report"]["seconds"]
-    return {"wall": run["wall"], "steps": steps, "ratio": run["wall"] / steps if steps else float("inf"),
-            "probes": len(probes), "phases": phases, "chosen": label(chosen) if chosen else "-",
+    return {"wall": run["wall"], "cpu": run["cpu"], "steps": steps,
+            "ratio": run["wall"] / steps if steps else float("inf"), "probes": len(probes), "phases": phases,
+            "chosen": label(chosen) if chosen else "-",
             "peaks": {label(p): p.get("peak_bytes") for p in probes if p.get("peak_bytes") is not None}}
 
 
@@ -78,30 +96,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", type=Path)
     parser.add_argument("--before", required=True, help="the git revision to compare the working tree with")
-    parser.add_argument("--after", default=None, help="the revision with the change (default: the working tree)")
+    parser.add_argument("--after", default=None, help="the revision with the change, or a folder holding a vramtune "
+                                                      "package (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=3)
     options = parser.parse_args()
     spec = options.spec.resolve()
     rows: dict[str, list[dict]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="probe-cost-") as folder:
         roots = {"before": export_revision(options.before, Path(folder)),
-                 "after": export_revision(options.after, Path(folder)) if options.after else ROOT}
+                 "after": after_root(options.after, Path(folder))}
         for round_index in range(options.rounds):
             for variant in ("before", "after") if round_index % 2 == 0 else ("after", "before"):
                 scratch = Path(folder) / f"{variant}-{round_index}"
                 scratch.mkdir()
                 row = summary(tune(spec, roots[variant], scratch))
                 rows[variant].append(row)
-                print(f"{variant:6} round {round_index + 1}: wall {row['wall']:.1f} s, measured steps "
-                      f"{row['steps']:.1f} s, {row['ratio']:.2f}x, {row['probes']} probes, chosen {row['chosen']}",
+                print(f"{variant:6} round {round_index + 1}: wall {row['wall']:.1f} s, cpu {row['cpu']:.1f} s, "
+                      f"measured steps {row['steps']:.1f} s, {row['ratio']:.2f}x, {row['probes']} probes, "
+                      f"chosen {row['chosen']}",
                       file=sys.stderr)
-    print(f"| {spec.name} | probes | wall s | measured steps s | wall / steps | chosen |")
-    print("|---|---:|---:|---:|---:|---|")
+    print(f"| {spec.name} | probes | wall s | cpu s (every process) | measured steps s | wall / steps | chosen |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for variant, runs in rows.items():
-        median = {key: statistics.median(r[key] for r in runs) for key in ("probes", "wall", "steps", "ratio")}
+        median = {key: statistics.median(r[key] for r in runs) for key in ("probes", "wall", "cpu", "steps", "ratio")}
         ratios = ", ".join(format(r["ratio"], ".2f") for r in runs)
         print(f"| {variant} ({options.before if variant == 'before' else options.after or 'working tree'}) | "
-              f"{median['probes']:.0f} | {median['wall']:.1f} | {median['steps']:.1f} | {median['ratio']:.2f}x "
+              f"{median['probes']:.0f} | {median['wall']:.1f} | {median['cpu']:.1f} | {median['steps']:.1f} | "
+              f"{median['ratio']:.2f}x "
               f"(runs: {ratios}) | {', '.join(sorted({r['chosen'] for r in runs}))} |")
     for variant, runs in rows.items():
         phases = {name: statistics.median(r["phases"].get(name, 0.0) for r in runs) for name in runs[0]["phases"]}

@@ -78,6 +78,23 @@ def test_each_forked_probe_is_a_process_of_its_own_in_a_session_of_its_own(tmp_p
     assert all(parent == server != pid for pid, _, parent in rows) and os.getpid() not in {r[0] for r in rows}
 
 
+def test_a_forked_probe_collects_its_own_garbage_and_none_of_the_servers_objects(tmp_path):
+    """The server imports with the garbage collector off and freezes what it imported before each fork: a probe
+    runs with the collector on, and Paddle's objects (over 200,000 on import) frozen, out of every generation its
+    collections walk; fresh objects of its own are collected."""
+    spec = load_spec(factory_spec(tmp_path, "import gc\n"
+                                            "open(FILE, 'a').write(f'{gc.isenabled()} {gc.get_freeze_count()}\\n')"))
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec.budget, 0.05)
+    for micro in (4, 2):
+        job = job_for(spec, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
+        assert backend.measure(job, 60, budget).status == "measured"
+    backend.fork_server.close()
+    rows = [line.split() for line in (tmp_path / "record").read_text().splitlines()]
+    assert [enabled for enabled, _ in rows] == ["True", "True"] and all(int(frozen) > 200_000 for _, frozen in rows)
+
+
 def test_measure_verbose_says_where_the_probe_time_went(cli):
     code, _, err = cli("measure", CONFIGS / "mlp-python-cpu.yaml", "--micro-batch", 256, "--verbose")
     assert code == 0, err
