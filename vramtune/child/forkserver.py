@@ -91,8 +91,8 @@ def _outcome(pid: int, announced: int) -> tuple[int, bool]:
 def serve() -> None:
     """Import, then fork a probe per request. The garbage collector stays off in the server: its imports create
     hundreds of thousands of objects and free next to none, and the collections they triggered took a quarter of
-    PaddleNLP's import. Before each fork every object is frozen (gc.freeze), so a probe's collections never walk the server's
-    objects (nor copy their pages)."""
+    PaddleNLP's import. Before each fork every object is frozen (gc.freeze), so a probe's collections never walk the
+    server's objects (nor copy their pages)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     gc.disable()
     started_with = dict(os.environ)
