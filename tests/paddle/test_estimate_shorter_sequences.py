@@ -103,3 +103,17 @@ def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_t
     for one, other in zip(derived["rows"], probed["rows"], strict=True):
         assert one["peak_bytes"] == pytest.approx(other["peak_bytes"], rel=TOLERANCE), (one, other)
     assert derived["best"] == probed["best"]
+
+
+def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_raised_vocabulary(
+        cli, long_sequence, monkeypatch):
+    """The tiny Llama (128 wide) with its vocabulary reduced to 500: its depth-3 recompute probe at 500 entries misses
+    its fit at 64 to 256 tokens (transients, not the layers, set its peaks), so depth 3 is probed at the raised
+    vocabulary and the whole sequence, and nothing more at 500 entries: the first rung only."""
+    monkeypatch.setattr(run, "LARGE_LOGITS", 1 << 20)
+    answer = estimated(cli, long_sequence)
+    recomputed = {(p["probe"]["depth"], p["probe"]["vocab"], p["probe"]["seq"])
+                  for p in answer["probe_log"] if p["probe"]["recomputed"]}
+    assert {(depth, seq) for depth, vocab, seq in recomputed if vocab != 500} == {(2, None), (3, None)}
+    assert {(depth, seq) for depth, vocab, seq in recomputed if vocab == 500} == {
+        (depth, seq) for depth in (2, 3) for seq in (64, 128, 192, 256)}

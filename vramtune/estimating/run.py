@@ -247,27 +247,47 @@ class _Prober:
 
     def _collected(self, key: tuple) -> tuple[ProbeResult, str]:
         """The probe `key` at the whole sequence, and how it was found: extrapolated from the shorter sequences where
-        their fit is exact (a result of the longest of them with the extrapolated peak), else probed."""
+        their fit is exact, else probed."""
         rung = 0
-        while sequences := self._shorter(key, rung):
-            for seq in sequences:
-                self._ask_at(key, seq)
-            shorter = {seq: self._result((*key, seq)) for seq in sequences}
-            found = extrapolated({seq: _activations(result) for seq, result in shorter.items()}, self.seq_len)
+        while self._shorter(key, rung):
+            found = self._rung(key, rung)
             rung += 1
             if found:
-                activations, (c, a, b) = found
-                longest = shorter[max(sequences)]
-                self.fits.append({"probe": dict(zip(KEY_FIELDS, key)),
-                                  "sequences": sorted(sequences), "constant": float(c), "linear": float(a),
-                                  "square": float(b)})
-                return replace(longest, peak_bytes=longest.state_bytes + round(activations),
-                               seconds=sum(result.seconds for result in shorter.values())), \
-                    f"seq {', '.join(map(str, sorted(sequences)))} extrapolated to {self.seq_len}, "
+                return found
         if rung:
             self.whole.append(key)
         self._ask_at(key, None)
         return self._result((*key, None)), ""
+
+    def _rung(self, key: tuple, rung: int) -> tuple[ProbeResult, str] | None:
+        """The probe `key` extrapolated from a rung's shorter sequences (a result of the longest of them with the
+        extrapolated peak), and how; None where their fit misses."""
+        sequences = self._shorter(key, rung) or ()
+        for seq in sequences:
+            self._ask_at(key, seq)
+        shorter = {seq: self._result((*key, seq)) for seq in sequences}
+        found = extrapolated({seq: _activations(result) for seq, result in shorter.items()}, self.seq_len)
+        if not found:
+            return None
+        activations, (c, a, b) = found
+        longest = shorter[max(sequences)]
+        self.fits.append({"probe": dict(zip(KEY_FIELDS, key)), "sequences": sorted(sequences), "constant": float(c),
+                          "linear": float(a), "square": float(b)})
+        return replace(longest, peak_bytes=longest.state_bytes + round(activations),
+                       seconds=sum(result.seconds for result in shorter.values())), \
+            f"seq {', '.join(map(str, sorted(sequences)))} extrapolated to {self.seq_len}, "
+
+    def fitted(self, depth: int | None, micro: int, blocks: int, granularity: str) -> float | None:
+        """The activations of a probe at the probes' vocabulary, from the first rung of shorter sequences only; None
+        where their fit misses (then nothing more is probed for it: the caller probes something else)."""
+        key = self.ask(depth, micro, blocks, granularity)
+        if key not in self.results:
+            found = self._rung(key, 0) if self._shorter(key) else None
+            if not found:
+                return None
+            self.results[key] = found[0]
+            self.said(key, _activations(found[0]), f"{found[1]}{found[0].seconds:.1f}s")
+        return _activations(self.results[key])
 
     def probe(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full",
               devices: int = 1, vocab: int | None = None) -> ProbeResult:
@@ -501,14 +521,15 @@ def _deeper(prober: _Prober, shallower: tuple[int, float, float], key: tuple, bo
     one's activations (at the model's vocabulary, and at the probed one) plus what the added layers keep, measured
     at the probes' vocabulary (each depth at shorter sequences, extrapolated). The layers kept aside are the same
     whichever moment sets the peak (the logits', or a layer rebuilt in backward: Llama-2-7B's shape at 2,048 tokens:
-    8,388,864 bytes a layer both ways). None where either depth's fit over the sequence was not exact (a moment that
-    overtakes another on the way: the moments of the two depths may differ too), or where the probed sum does not
-    pass `bound` (a rebuilt layer might set the peak): then it is probed."""
-    depth, micro, blocks, granularity, _, _ = key
-    added = (_activations(prober.probe(depth, micro, blocks, granularity))
-             - _activations(prober.probe(shallower[0], micro, shallower[0], granularity)))
-    if shallower[2] + added <= bound or any(k[2] for k in prober.whole):
+    8,388,864 bytes a layer both ways). None where either depth's fit over the first rung of sequences misses (a
+    moment that overtakes another on the way, as the logits' and a rebuilt layer's do at Llama-3-8B's shape: the two
+    depths' moments may differ too), or where the probed sum does not pass `bound` (a rebuilt layer might set the
+    peak): then it is probed at the raised vocabulary and the whole sequence."""
+    depth, micro, _, granularity, _, _ = key
+    deeper, shallow = (prober.fitted(d, micro, d, granularity) for d in (depth, shallower[0]))
+    if deeper is None or shallow is None or shallower[2] + deeper - shallow <= bound:
         return None
+    added = deeper - shallow
     prober.said(key, shallower[2] + added, f"depth {shallower[0]}'s, and what {depth - shallower[0]} more layers "
                 f"keep at vocabulary {prober.vocab:,}")
     return shallower[1] + added, shallower[2] + added
