@@ -4,8 +4,8 @@
     .venv26/bin/python bench/probe_cost.py configs/bert-mini-cpu.yaml --before REV
 
 Each round runs `vramtune probe SPEC --fresh --json` once with vramtune as of REV (exported with `git archive` to a
-temporary folder, first on PYTHONPATH) and once with --after (a revision, a folder holding a vramtune package, or the
-working tree), alternately, each with its own cache and device lock (other runs on this machine do not make it wait;
+temporary folder, first on PYTHONPATH; or a folder holding a vramtune package) and once with --after (the same, or
+the working tree), alternately, each with its own cache and device lock (other runs on this machine do not make it wait;
 they still share the CPU, hence the alternation).
 Cost = the command's wall time over the seconds of the measured training steps its probes report (each probe's
 `steps` phase). It also checks that both choose the same configuration and that every configuration both measured
@@ -37,14 +37,14 @@ def export_revision(revision: str, folder: Path) -> Path:
     return target
 
 
-def after_root(after: str | None, folder: Path) -> Path:
-    """Where the `after` variant's vramtune is imported from: the working tree, a folder, or an exported revision
-    (a folder compares one change alone while others edit the working tree)."""
-    if after is None:
+def code_root(variant: str | None, folder: Path) -> Path:
+    """Where a variant's vramtune is imported from: the working tree (None), a folder holding a vramtune package, or
+    a revision exported to `folder` (folders compare one change alone while others edit the working tree)."""
+    if variant is None:
         return ROOT
-    if (Path(after) / "vramtune").is_dir():
-        return Path(after).resolve()
-    return export_revision(after, folder)
+    if (Path(variant) / "vramtune").is_dir():
+        return Path(variant).resolve()
+    return export_revision(variant, folder)
 
 
 def tune(spec: Path, code_root: Path, scratch: Path) -> dict:
@@ -95,7 +95,8 @@ def label(probe: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", type=Path)
-    parser.add_argument("--before", required=True, help="the git revision to compare the working tree with")
+    parser.add_argument("--before", required=True, help="the revision (or a folder holding a vramtune package) to "
+                                                         "compare with")
     parser.add_argument("--after", default=None, help="the revision with the change, or a folder holding a vramtune "
                                                       "package (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -103,8 +104,7 @@ def main() -> None:
     spec = options.spec.resolve()
     rows: dict[str, list[dict]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="probe-cost-") as folder:
-        roots = {"before": export_revision(options.before, Path(folder)),
-                 "after": after_root(options.after, Path(folder))}
+        roots = {"before": code_root(options.before, Path(folder)), "after": code_root(options.after, Path(folder))}
         for round_index in range(options.rounds):
             for variant in ("before", "after") if round_index % 2 == 0 else ("after", "before"):
                 scratch = Path(folder) / f"{variant}-{round_index}"
