@@ -91,7 +91,7 @@ def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_t
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab != 2048} == {(2, None)}
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab == 2048} == {
         (depth, seq) for depth in (2, 3) for seq in (64, 128, 192, 256)}
-    monkeypatch.setattr(run, "_deeper", lambda *args: None)
+    monkeypatch.setattr(run, "_kept", lambda *args: None)
     probed = estimated(cli, wide_lora)
     assert {(p["probe"]["depth"], p["probe"]["seq"]) for p in probed["probe_log"] if p["probe"]["recomputed"]
             and p["probe"]["vocab"] != 2048} == {(2, None), (3, None)}

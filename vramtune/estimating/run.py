@@ -433,10 +433,19 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
         micro = large if floor else small
         if prober.vocab and per_entry > 0:
             asked = _ask_recomputed(prober, depths, recompute_depths, micro, per_entry, counts)
+            kept = {key: _kept(prober, asked[0][0][2], key) for key, _ in asked[1:] if prober.sequences}
+            for key, _ in asked[1:]:
+                if kept.get(key) is None:  # probed: at once, beside the shallower one
+                    prober.ask(*key[:5], vocab=key[5])
             shallower: tuple[int, float, float] | None = None  # depth, activations at the model's, at the probed
             for key, bound in asked:
-                found = _deeper(prober, shallower, key, bound) if shallower and prober.sequences else None
-                shallower = (key[2], *(found or _recomputed_at(prober, key, per_entry, vocab, bound)))
+                added = kept.get(key)
+                if shallower and added is not None and shallower[2] + added > bound:
+                    prober.said(key, shallower[2] + added, f"depth {shallower[0]}'s, and what {key[2] - shallower[0]} "
+                                f"more layers keep at vocabulary {prober.vocab:,}")
+                    shallower = (key[2], shallower[1] + added, shallower[2] + added)
+                else:
+                    shallower = (key[2], *_recomputed_at(prober, key, per_entry, vocab, bound))
                 recomputed.append((key[2], micro, shallower[1]))
         else:
             recomputed = [_recomputed_point(prober, depth, micro, floor, measured[small])
@@ -488,7 +497,7 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     them: guessed as REBUILT_LAYERS layers' activations (the one rebuilt and its backward; the checkpoints of the
     others are small), not all of the probe's (Llama-3-8B's shape at depth 3: vocabulary 47k, not 67k); probed at
     full depth, where the layers are not apart, all of them. Where the probes run at shorter sequences, only the
-    shallowest is asked so; for each deeper one, the shallowest and it at the probes' vocabulary (_deeper)."""
+    shallowest is asked so; for each deeper one, the shallowest and it at the probes' vocabulary (_kept)."""
     first, low = depths[0], prober.vocab or 0
     at_first = prober.probe(first, micro)
     found = _blocks(at_first)
@@ -506,7 +515,7 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
         layers = per_layer * min(depth or 0, REBUILT_LAYERS) if per_layer else bound
         high = min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
         key = (depth, micro, depth or total, granularity, 1, high)
-        if index and prober.sequences:  # deeper: its layers at the probes' vocabulary and shorter sequences (_deeper)
+        if index and prober.sequences:  # deeper: its layers at the probes' vocabulary and shorter sequences (_kept)
             prober.ask(ordered[0], micro, ordered[0] or total, granularity)
             prober.ask(depth, micro, depth or total, granularity)
         else:
@@ -515,24 +524,17 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     return asked
 
 
-def _deeper(prober: _Prober, shallower: tuple[int, float, float], key: tuple, bound: float
-            ) -> tuple[float, float] | None:
-    """A deeper recompute probe at the raised vocabulary, without running it at the whole sequence: the shallower
-    one's activations (at the model's vocabulary, and at the probed one) plus what the added layers keep, measured
-    at the probes' vocabulary (each depth at shorter sequences, extrapolated). The layers kept aside are the same
-    whichever moment sets the peak (the logits', or a layer rebuilt in backward: Llama-2-7B's shape at 2,048 tokens:
-    8,388,864 bytes a layer both ways). None where either depth's fit over the first rung of sequences misses (a
-    moment that overtakes another on the way, as the logits' and a rebuilt layer's do at Llama-3-8B's shape: the two
-    depths' moments may differ too), or where the probed sum does not pass `bound` (a rebuilt layer might set the
-    peak): then it is probed at the raised vocabulary and the whole sequence."""
+def _kept(prober: _Prober, shallower: int, key: tuple) -> float | None:
+    """What the layers a deeper recompute probe (`key`, at the raised vocabulary) adds to the shallower one's keep,
+    measured at the probes' vocabulary (each depth at the first rung of shorter sequences, extrapolated), so that it
+    does not run at the raised vocabulary and the whole sequence. The layers kept aside are the same whichever moment
+    sets the peak (the logits', or a layer rebuilt in backward: Llama-2-7B's shape at 2,048 tokens: 8,388,864 bytes a
+    layer both ways). None where either depth's fit misses (a moment that overtakes another on the way, as the
+    logits' and a rebuilt layer's do at Llama-3-8B's shape: the two depths' moments may differ too): then it is
+    probed. The sum must also pass the plain probe's bound, as a probed one must (_recomputed_at)."""
     depth, micro, _, granularity, _, _ = key
-    deeper, shallow = (prober.fitted(d, micro, d, granularity) for d in (depth, shallower[0]))
-    if deeper is None or shallow is None or shallower[2] + deeper - shallow <= bound:
-        return None
-    added = deeper - shallow
-    prober.said(key, shallower[2] + added, f"depth {shallower[0]}'s, and what {depth - shallower[0]} more layers "
-                f"keep at vocabulary {prober.vocab:,}")
-    return shallower[1] + added, shallower[2] + added
+    deeper, shallow = (prober.fitted(d, micro, d, granularity) for d in (depth, shallower))
+    return None if deeper is None or shallow is None else deeper - shallow
 
 
 def _recomputed_at(prober: _Prober, key: tuple, per_entry: float, vocab: int, bound: float) -> tuple[float, float]:
