@@ -11,7 +11,7 @@ from conftest import CONFIGS, needs_paddlenlp
 from vramtune.records import Budget
 from vramtune.runner import ChildBackend
 from vramtune.session import job_for
-from vramtune.spec import load_spec
+from vramtune.spec import Spec, load_spec
 from vramtune.strategy import Strategy
 
 pytestmark = pytest.mark.paddle
@@ -60,19 +60,24 @@ def factory_spec(tmp_path: Path, body: str) -> Path:
     return spec
 
 
+def probe_each(spec: Spec, micro_batches: tuple[int, ...]) -> int:
+    """Measure the spec at each micro-batch (accumulated to 4) through one warm worker, then close it; its pid."""
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec.budget, 0.05)
+    for micro in micro_batches:
+        job = job_for(spec, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
+        assert backend.measure(job, 60, budget).status == "measured"
+    server = backend.fork_server.process.pid
+    backend.fork_server.close()
+    return server
+
+
 def test_each_forked_probe_is_a_process_of_its_own_in_a_session_of_its_own(tmp_path, monkeypatch):
     """The worker reports its pid and session through a factory that writes them down: two probes, two processes,
     neither the server, each leading its own session."""
     who = "open(FILE, 'a').write(f'{os.getpid()} {os.getsid(0)} {os.getppid()}\\n')"
-    spec_obj = load_spec(factory_spec(tmp_path, who))
-    backend = ChildBackend()
-    device = backend.describe("cpu")
-    budget = Budget(spec_obj.budget, 0.05)
-    for micro in (4, 2):
-        job = job_for(spec_obj, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
-        assert backend.measure(job, 60, budget).status == "measured"
-    server = backend.fork_server.process.pid
-    backend.fork_server.close()
+    server = probe_each(load_spec(factory_spec(tmp_path, who)), (4, 2))
     rows = [tuple(map(int, line.split())) for line in (tmp_path / "record").read_text().splitlines()]
     assert len({pid for pid, _, _ in rows}) == 2 and all(sid == pid for pid, sid, _ in rows)
     assert all(parent == server != pid for pid, _, parent in rows) and os.getpid() not in {r[0] for r in rows}
@@ -84,13 +89,7 @@ def test_a_forked_probe_collects_its_own_garbage_and_none_of_the_servers_objects
     collections walk; fresh objects of its own are collected."""
     spec = load_spec(factory_spec(tmp_path, "import gc\n"
                                             "open(FILE, 'a').write(f'{gc.isenabled()} {gc.get_freeze_count()}\\n')"))
-    backend = ChildBackend()
-    device = backend.describe("cpu")
-    budget = Budget(spec.budget, 0.05)
-    for micro in (4, 2):
-        job = job_for(spec, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
-        assert backend.measure(job, 60, budget).status == "measured"
-    backend.fork_server.close()
+    probe_each(spec, (4, 2))
     rows = [line.split() for line in (tmp_path / "record").read_text().splitlines()]
     assert [enabled for enabled, _ in rows] == ["True", "True"] and all(int(frozen) > 200_000 for _, frozen in rows)
 
@@ -109,13 +108,7 @@ def test_a_probe_is_answered_once_its_result_is_written_and_gone_before_the_next
     spec = load_spec(factory_spec(tmp_path, "earlier = open(FILE).read().split() if os.path.exists(FILE) else []\n"
                                             "alive = [p for p in earlier if os.path.exists(f'/proc/{p}')]\n"
                                             "open(FILE, 'a').write(f'{os.getpid()} {len(alive)}\\n')"))
-    backend = ChildBackend()
-    device = backend.describe("cpu")
-    budget = Budget(spec.budget, 0.05)
-    for micro in (4, 2, 1):
-        job = job_for(spec, Strategy(micro_batch=micro, accumulation=4 // micro), device, budget)
-        assert backend.measure(job, 60, budget).status == "measured"
-    backend.fork_server.close()
+    probe_each(spec, (4, 2, 1))
     rows = [line.split() for line in (tmp_path / "record").read_text().splitlines()]
     assert len({pid for pid, _ in rows}) == 3 and [alive for _, alive in rows] == ["0", "0", "0"], rows
 
