@@ -78,6 +78,7 @@ class ProbeJob:
     check_sample: bool = True  # one sample through the model first (shape errors as BuildError); off once one measured
     memory_only: bool = False  # the estimate's probes: the peak, not the speed (a warmup without a forward pass;
     # its step's seconds include what a first step pays)
+    until_rebuild: bool = False  # memory only until backward first rebuilds a recomputed block (the step ends there)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -117,3 +117,19 @@ def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_ra
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab != 500} == {(2, None), (3, None)}
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab == 500} == {
         (depth, seq) for depth in (2, 3) for seq in (64, 128, 192, 256)}
+
+
+def test_a_recompute_probe_at_a_raised_vocabulary_ends_where_backward_first_rebuilds_a_layer(cli, wide_lora,
+                                                                                              monkeypatch):
+    """The logits set its peak before backward rebuilds a layer (its peak must pass the plain probe's, which no
+    rebuilt moment passes): the step ends there, with the same peak to the byte as the whole step's."""
+    def raised(answer: dict) -> list[dict]:
+        return [p for p in answer["probe_log"] if p["probe"]["recomputed"] and p["probe"]["vocab"] > 4096]
+
+    early = estimated(cli, wide_lora)
+    monkeypatch.setattr(run._Prober, "until_rebuild", lambda self, key: False)
+    whole = estimated(cli, wide_lora)
+    assert [("until_rebuild" in p["phases"], "steps" in p["phases"]) for p in raised(early)] == [(True, False)]
+    assert [("until_rebuild" in p["phases"], "steps" in p["phases"]) for p in raised(whole)] == [(False, True)]
+    assert [p["activations"] for p in raised(early)] == [p["activations"] for p in raised(whole)]
+    assert [r["peak_bytes"] for r in early["rows"]] == [r["peak_bytes"] for r in whole["rows"]]

@@ -106,6 +106,18 @@ def warm_up(job: ProbeJob, prepared: Any, loss_fn: Any, batch: Any) -> tuple[lis
     return losses, optimizer_state_ready(job.optimizer, prepared.optimizer)
 
 
+def rebuild_stop(job: ProbeJob, model: Any, strategy: Strategy) -> Callable[[], bool]:
+    """Whether the step ended where backward first rebuilds a block (set up by a mechanism where the job asks)."""
+    from vramtune.mechanisms import MECHANISMS
+
+    if job.until_rebuild:
+        for mechanism in MECHANISMS:
+            stopped = mechanism.until_rebuild(model, strategy, job.settings.get(mechanism.name))
+            if stopped is not None:
+                return stopped
+    return lambda: False
+
+
 def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     """Build and prepare the model, warm up until the optimizer state exists, measure the training steps, then
     the mechanisms' own phases (evaluation)."""
@@ -135,16 +147,22 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     counters = MemoryCounters(device.kind, device.index)
     facts = {**flat_facts(prepared.facts), "phases": phases.seconds}
     losses: list[float] = []
+    rebuilt = rebuild_stop(job, prepared.model, strategy)
     try:
         losses, state_ready = warm_up(job, prepared, loss_fn, batch)
         phases.done("warmup")
         counters.start()
         start = time.perf_counter()
         for _ in range(job.steps):
-            losses.append(prepared.runner.train_step(loss_fn, batch))
+            try:
+                losses.append(prepared.runner.train_step(loss_fn, batch))
+            except Exception:
+                if not rebuilt():
+                    raise
+                break  # the step ended where it was asked to (job.until_rebuild): its peak is measured
         peak, reserved = counters.peak()
         seconds = (time.perf_counter() - start) / job.steps
-        phases.done("steps")
+        phases.done("until_rebuild" if rebuilt() else "steps")  # a step ended early is not a step's time
         run = Run(job, strategy, built, prepared, counters, peak)
         for mechanism in MECHANISMS:
             facts.update(mechanism.after_measure(run, job.settings.get(mechanism.name)))
@@ -157,7 +175,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
         return {**facts, "status": "unsupported" if reason else "crashed", "error": reason or short_error(error)}
     measured = {**facts, "status": "measured", "peak_bytes": peak, "reserved_bytes": reserved,
                 "step_seconds": seconds, "samples_per_sec": strategy.batch / seconds,
-                "loss": losses[-1] if math.isfinite(losses[-1]) else None, "optimizer_state": state_ready,
+                "loss": losses[-1] if losses and math.isfinite(losses[-1]) else None, "optimizer_state": state_ready,
                 **state_counts(prepared.model, prepared.optimizer)}
     if not all(math.isfinite(value) for value in losses):
         measured.update(status="unstable", error=f"non-finite loss: {losses}")

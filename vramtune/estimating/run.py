@@ -230,6 +230,7 @@ class _Prober:
             job = job_for(spec, strategy, self.cpu, budget)
             job.check_sample = check_sample
             job.memory_only = strategy.devices == 1  # data parallel's buffers come with a whole step's backward
+            job.until_rebuild = self.until_rebuild(key)
             result = backend.measure(job, max(spec.probe.timeout, PROBE_TIMEOUT), budget).judged(budget)
         finally:
             self.backends.put(backend)
@@ -238,6 +239,13 @@ class _Prober:
                          "phases": result.phases, "activations": result.peak_bytes and result.state_bytes
                          and result.peak_bytes - result.state_bytes})
         return result
+
+    def until_rebuild(self, key: tuple) -> bool:
+        """Whether the probe `key` may end where backward first rebuilds a layer: one with its layers recomputed at
+        a raised vocabulary below the model's, whose peak is the logits' before that moment wherever it counts
+        (_recomputed_at: above the plain probe's bound, which no moment of a rebuilt layer passes)."""
+        vocab = key[5] or 0
+        return bool(key[2]) and self.vocab is not None and self.vocab < vocab < (self.shape.get("vocab_size") or 0)
 
     def _result(self, key: tuple) -> ProbeResult:
         result = self.asked[key].result()
@@ -433,10 +441,7 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
         micro = large if floor else small
         if prober.vocab and per_entry > 0:
             asked = _ask_recomputed(prober, depths, recompute_depths, micro, per_entry, counts)
-            kept = {key: _kept(prober, asked[0][0][2], key) for key, _ in asked[1:] if prober.sequences}
-            for key, _ in asked[1:]:
-                if kept.get(key) is None:  # probed: at once, beside the shallower one
-                    prober.ask(*key[:5], vocab=key[5])
+            kept = _kept_or_asked(prober, asked)
             shallower: tuple[int, float, float] | None = None  # depth, activations at the model's, at the probed
             for key, bound in asked:
                 added = kept.get(key)
@@ -468,7 +473,8 @@ def _ask_recomputed_ahead(prober: _Prober, depths: tuple[int | None, ...], recom
     """The probes with every layer recomputed the estimate likely needs, at micro-batch 1 (no floor): at the model's
     vocabulary, at once; at a reduced one, once the probes they are placed from are in (_ask_recomputed)."""
     if prober.vocab:
-        _ask_recomputed(prober, depths, recompute_depths, 1, _logits_per_entry(prober, depths[0], 1), counts)
+        asked = _ask_recomputed(prober, depths, recompute_depths, 1, _logits_per_entry(prober, depths[0], 1), counts)
+        _kept_or_asked(prober, asked)
         return
     for depth in recompute_depths:
         if depth:
@@ -522,6 +528,18 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
             prober.ask(*key[:5], vocab=high)
         asked.append((key, bound))
     return asked
+
+
+def _kept_or_asked(prober: _Prober, asked: list[tuple[tuple, float]]) -> dict[tuple, float | None]:
+    """What the layers of each deeper recompute probe (`asked` after the shallowest) keep (_kept); one without is
+    asked at once at the raised vocabulary, beside the shallowest."""
+    if not asked:
+        return {}
+    kept = {key: _kept(prober, asked[0][0][2], key) for key, _ in asked[1:]} if prober.sequences else {}
+    for key, _ in asked[1:]:
+        if kept.get(key) is None:
+            prober.ask(*key[:5], vocab=key[5])
+    return kept
 
 
 def _kept(prober: _Prober, shallower: int, key: tuple) -> float | None:

@@ -387,6 +387,12 @@ class Mechanism:
         is then `unsupported`, e.g. a model to_static cannot convert), or None."""
         return None
 
+    def until_rebuild(self, model: Any, strategy: Strategy, settings: Any) -> Callable[[], bool] | None:
+        """For a probe that measures memory only until a block is first rebuilt in backward (the estimate's, where
+        the logits set the peak before that): make that moment end the step (by an exception out of backward);
+        returns whether it did. None: this mechanism rebuilds nothing there."""
+        return None
+
     def after_measure(self, run: Any, settings: Any) -> Facts:
         """After the measured training steps: a phase of its own (evaluation), measured; returns facts."""
         return {}

@@ -287,5 +287,15 @@ class Recompute(Mechanism):
         total, path = apply_recompute(model, strategy.recomputed_blocks, block_path)
         return model, {"total_blocks": total, "block_path": path}
 
+    def until_rebuild(self, model, strategy, settings):
+        from vramtune.mechanisms.recompute.blocks import BlockError, stop_at_first_rebuild
+
+        if not strategy.recomputed_blocks:
+            return None
+        try:
+            return stop_at_first_rebuild(model, (settings or {}).get("block_path"))
+        except BlockError:
+            return None
+
 
 MECHANISM = Recompute()

@@ -235,6 +235,24 @@ def find_blocks(model: paddle.nn.Layer, path: str | None = None) -> list[Slot]:
     return _best_kind(_outermost_blocks(model)) or _largest_stack_segments(model)
 
 
+def stop_at_first_rebuild(model: paddle.nn.Layer, path: str | None = None) -> Callable[[], bool] | None:
+    """Make the step end where backward first rebuilds a block: the last block's second forward in a step (the
+    first is the forward pass) raises out of backward. Returns whether it did; None: no blocks. Every block
+    recomputed, the last is the first rebuilt."""
+    slots = find_blocks(model, path)
+    if not slots:
+        return None
+    calls: list[bool] = []
+
+    def count(layer: paddle.nn.Layer, inputs: Any) -> None:
+        calls.append(True)
+        if len(calls) == 2:
+            raise RuntimeError("vramtune: the step ends where backward first rebuilds a block (a memory-only probe)")
+
+    slots[-1].layers[-1].register_forward_pre_hook(count)
+    return lambda: len(calls) >= 2
+
+
 def block_path(model: paddle.nn.Layer, slots: list[Slot]) -> str | None:
     """The dotted path(s) of the containers holding the blocks, e.g. 'bert.encoder.layers' or 'layer1,layer2'."""
     names = {id(layer): name or ROOT for name, layer in model.named_sublayers(include_self=True)}
