@@ -90,8 +90,8 @@ def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_t
     assert len(raised) == 1 and raised.pop() > 4096
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab != 2048} == {(2, None)}
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab == 2048} == {
-        (depth, seq) for depth in (2, 3) for seq in (64, 128, 192, 256)}
-    monkeypatch.setattr(run, "_kept", lambda *args: None)
+        (depth, seq) for depth in (2, 3) for seq in (64, 128, 192)}
+    monkeypatch.setattr(run._Prober, "layers_kept", lambda *args, **kwargs: None)
     probed = estimated(cli, wide_lora)
     assert {(p["probe"]["depth"], p["probe"]["seq"]) for p in probed["probe_log"] if p["probe"]["recomputed"]
             and p["probe"]["vocab"] != 2048} == {(2, None), (3, None)}
@@ -116,7 +116,7 @@ def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_ra
                   for p in answer["probe_log"] if p["probe"]["recomputed"]}
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab != 500} == {(2, None), (3, None)}
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab == 500} == {
-        (depth, seq) for depth in (2, 3) for seq in (64, 128, 192, 256)}
+        (depth, seq) for depth in (2, 3) for seq in (64, 128, 192)}
 
 
 def test_a_recompute_probe_at_a_raised_vocabulary_ends_where_backward_first_rebuilds_a_layer(cli, wide_lora,

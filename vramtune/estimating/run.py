@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, row
-from vramtune.estimating.sequence import CHECK_TOLERANCE, extrapolated, probe_sequences
+from vramtune.estimating.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
 from vramtune.forking import ForkServer
 from vramtune.mechanisms import MECHANISMS, micro_batch_floor
 from vramtune.mechanisms.precision import level_of
@@ -285,17 +285,27 @@ class _Prober:
                        seconds=sum(result.seconds for result in shorter.values())), \
             f"seq {', '.join(map(str, sorted(sequences)))} extrapolated to {self.seq_len}, "
 
-    def fitted(self, depth: int | None, micro: int, blocks: int, granularity: str) -> float | None:
-        """The activations of a probe at the probes' vocabulary, from the first rung of shorter sequences only; None
-        where their fit misses (then nothing more is probed for it: the caller probes something else)."""
-        key = self.ask(depth, micro, blocks, granularity)
-        if key not in self.results:
-            found = self._rung(key, 0) if self._shorter(key) else None
-            if not found:
-                return None
-            self.results[key] = found[0]
-            self.said(key, _activations(found[0]), f"{found[1]}{found[0].seconds:.1f}s")
-        return _activations(self.results[key])
+    def layers_kept(self, deeper: int, shallower: int, micro: int, granularity: str, ask: bool = False
+                    ) -> tuple[float, str] | None:
+        """What `deeper` layers, every one recomputed, hold beyond `shallower` at the probes' vocabulary, at the
+        model's sequence, and how it was found: a line through their difference at the first rung's two shortest
+        sequences, checked at its third (what a recomputed layer keeps is its input, which grows with the tokens,
+        and its rotary cache, which does not); None where it misses, or only asked (`ask`)."""
+        keys = [(depth, micro, depth, granularity, 1, self.vocab) for depth in (deeper, shallower)]
+        sequences = sorted((self._shorter(keys[0]) or ())[1:])
+        for key in keys:
+            for seq in sequences:
+                self._ask_at(key, seq)
+        if ask or not sequences:
+            return None
+        found = line_extrapolated({seq: _activations(self._result((*keys[0], seq)))
+                                   - _activations(self._result((*keys[1], seq))) for seq in sequences}, self.seq_len)
+        if not found:
+            return None
+        kept, (c, a) = found
+        self.fits.append({"probe": dict(zip(KEY_FIELDS, keys[0])), "less_depth": shallower, "sequences": sequences,
+                          "constant": float(c), "linear": float(a), "square": 0.0})
+        return kept, f"seq {', '.join(map(str, sequences))} extrapolated to {self.seq_len}"
 
     def probe(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full",
               devices: int = 1, vocab: int | None = None) -> ProbeResult:
@@ -444,10 +454,10 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
             kept = _kept_or_asked(prober, asked)
             shallower: tuple[int, float, float] | None = None  # depth, activations at the model's, at the probed
             for key, bound in asked:
-                added = kept.get(key)
+                added, how = kept.get(key) or (None, "")
                 if shallower and added is not None and shallower[2] + added > bound:
                     prober.said(key, shallower[2] + added, f"depth {shallower[0]}'s, and what {key[2] - shallower[0]} "
-                                f"more layers keep at vocabulary {prober.vocab:,}")
+                                f"more layers keep at vocabulary {prober.vocab:,}, {how}")
                     shallower = (key[2], shallower[1] + added, shallower[2] + added)
                 else:
                     shallower = (key[2], *_recomputed_at(prober, key, per_entry, vocab, bound))
@@ -503,7 +513,7 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     them: guessed as REBUILT_LAYERS layers' activations (the one rebuilt and its backward; the checkpoints of the
     others are small), not all of the probe's (Llama-3-8B's shape at depth 3: vocabulary 47k, not 67k); probed at
     full depth, where the layers are not apart, all of them. Where the probes run at shorter sequences, only the
-    shallowest is asked so; for each deeper one, the shallowest and it at the probes' vocabulary (_kept)."""
+    shallowest is asked so; for each deeper one, the shallowest and it at the probes' vocabulary (_kept_or_asked)."""
     first, low = depths[0], prober.vocab or 0
     at_first = prober.probe(first, micro)
     found = _blocks(at_first)
@@ -521,38 +531,29 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
         layers = per_layer * min(depth or 0, REBUILT_LAYERS) if per_layer else bound
         high = min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
         key = (depth, micro, depth or total, granularity, 1, high)
-        if index and prober.sequences:  # deeper: its layers at the probes' vocabulary and shorter sequences (_kept)
-            prober.ask(ordered[0], micro, ordered[0] or total, granularity)
-            prober.ask(depth, micro, depth or total, granularity)
+        if index and prober.sequences and depth and ordered[0]:  # deeper: what its layers keep (_kept_or_asked)
+            prober.layers_kept(depth, ordered[0], micro, granularity, ask=True)
         else:
             prober.ask(*key[:5], vocab=high)
         asked.append((key, bound))
     return asked
 
 
-def _kept_or_asked(prober: _Prober, asked: list[tuple[tuple, float]]) -> dict[tuple, float | None]:
-    """What the layers of each deeper recompute probe (`asked` after the shallowest) keep (_kept); one without is
-    asked at once at the raised vocabulary, beside the shallowest."""
-    if not asked:
-        return {}
-    kept = {key: _kept(prober, asked[0][0][2], key) for key, _ in asked[1:]} if prober.sequences else {}
+def _kept_or_asked(prober: _Prober, asked: list[tuple[tuple, float]]) -> dict[tuple, tuple[float, str] | None]:
+    """What the layers of each deeper recompute probe (`asked` after the shallowest) keep beyond it, measured at the
+    probes' vocabulary and shorter sequences (_Prober.layers_kept), so that it does not run at the raised vocabulary
+    and the whole sequence; one without is asked at once at the raised vocabulary, beside the shallowest. The layers
+    kept aside are the same whichever moment sets the peak (the logits', or a layer rebuilt in backward: Llama-2-7B's
+    shape at 2,048 tokens: 8,388,864 bytes a layer both ways). Without: where their line misses (a moment that
+    overtakes another on the way, as the logits' and a rebuilt layer's do at Llama-3-8B's shape: the two depths'
+    moments may differ). The sum must also pass the plain probe's bound, as a probed one must (_recomputed_at)."""
+    kept = {}
+    if asked and prober.sequences and asked[0][0][0]:
+        kept = {key: prober.layers_kept(key[0], asked[0][0][0], key[1], key[3]) for key, _ in asked[1:] if key[0]}
     for key, _ in asked[1:]:
         if kept.get(key) is None:
             prober.ask(*key[:5], vocab=key[5])
     return kept
-
-
-def _kept(prober: _Prober, shallower: int, key: tuple) -> float | None:
-    """What the layers a deeper recompute probe (`key`, at the raised vocabulary) adds to the shallower one's keep,
-    measured at the probes' vocabulary (each depth at the first rung of shorter sequences, extrapolated), so that it
-    does not run at the raised vocabulary and the whole sequence. The layers kept aside are the same whichever moment
-    sets the peak (the logits', or a layer rebuilt in backward: Llama-2-7B's shape at 2,048 tokens: 8,388,864 bytes a
-    layer both ways). None where either depth's fit misses (a moment that overtakes another on the way, as the
-    logits' and a rebuilt layer's do at Llama-3-8B's shape: the two depths' moments may differ too): then it is
-    probed. The sum must also pass the plain probe's bound, as a probed one must (_recomputed_at)."""
-    depth, micro, _, granularity, _, _ = key
-    deeper, shallow = (prober.fitted(d, micro, d, granularity) for d in (depth, shallower))
-    return None if deeper is None or shallow is None else deeper - shallow
 
 
 def _recomputed_at(prober: _Prober, key: tuple, per_entry: float, vocab: int, bound: float) -> tuple[float, float]:

@@ -50,3 +50,14 @@ def extrapolated(measured: dict[int, float], seq_len: int) -> tuple[float, tuple
     if abs(at(coefficients, checked) - measured[checked]) > CHECK_TOLERANCE * max(1.0, abs(measured[checked])):
         return None
     return at(coefficients, seq_len), coefficients
+
+
+def line_extrapolated(measured: dict[int, float], seq_len: int) -> tuple[float, tuple[Fraction, Fraction]] | None:
+    """The value at `seq_len` of the line c + a s through the two shortest of three (sequence, value) points, checked
+    at the longest (None where it misses by more than CHECK_TOLERANCE of it), and (c, a)."""
+    (s1, y1), (s2, y2), (s3, y3) = sorted((Fraction(s), Fraction(y)) for s, y in measured.items())
+    a = (y2 - y1) / (s2 - s1)
+    c = y1 - a * s1
+    if abs(c + a * s3 - y3) > CHECK_TOLERANCE * max(1, abs(y3)):
+        return None
+    return float(c + a * seq_len), (c, a)
