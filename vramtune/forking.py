@@ -57,7 +57,19 @@ class ForkServer:
         self.process: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
         self.buffer = b""
+        self.preloading = False  # an import-only request sent, its answer not read yet
         atexit.register(self.close)
+
+    def preload(self, env: dict[str, str], arm: Any, modules: tuple[str, ...]) -> None:
+        """Start the server and have it import `modules` now, ahead of its first probe, without waiting: a second
+        server (the estimate's) imports while the first one works."""
+        try:
+            server = self.start(env, arm)
+            assert server.stdin is not None
+            server.stdin.write((json.dumps({"modules": list(modules), "import_only": True}) + "\n").encode())
+            self.preloading = True
+        except (OSError, ValueError):
+            self.close()
 
     def start(self, env: dict[str, str], arm: Any = None) -> subprocess.Popen:
         """The running server, started (with `env`) if there is none or it cannot serve `env`; it begins importing
@@ -94,6 +106,10 @@ class ForkServer:
         try:
             server = self.start(env, arm)
             assert server.stdin is not None
+            if self.preloading and self._read(deadline) is None:  # still importing what the probe needs
+                self.close()
+                return None, True
+            self.preloading = False
             server.stdin.write((json.dumps(request) + "\n").encode())
             started = self._read(deadline)
         except (OSError, ValueError) as error:
@@ -118,7 +134,7 @@ class ForkServer:
         """End the server now: it holds nothing to save, and no probe runs (run() ends its probe before it returns),
         so it is not asked to exit in order (a server with PaddleNLP loaded took 1.7 s to tear down, and one still
         importing Paddle would finish importing first)."""
-        process, self.process = self.process, None
+        process, self.process, self.preloading = self.process, None, False
         if process is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):

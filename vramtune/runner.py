@@ -225,6 +225,11 @@ class ChildBackend:
     def forking(self) -> bool:
         return forking.enabled()
 
+    def preload(self, source: str) -> None:
+        """Have the CPU fork server import what the model source's probes import now, ahead of its first probe."""
+        if self.forking:
+            self.fork_server.preload(worker_env({}), die_with_parent(signal.SIGKILL), SOURCES[source].modules)
+
     def describe(self, device: str) -> Device:
         """Ask a child which device 'auto'/'cpu'/'gpu:N' is, its memory and AMP support ('cpu' is asked of the warm
         server: it never looks for a GPU)."""

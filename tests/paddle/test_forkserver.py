@@ -128,3 +128,24 @@ def test_a_probe_that_dies_without_a_result_is_answered_when_it_dies_not_when_it
     backend.fork_server.close()
     assert result.status == "crashed" and result.error.startswith("exit code 3 without a result"), result
     assert result.seconds < 40, result
+
+
+@needs_paddlenlp
+def test_a_server_preloaded_with_the_models_packages_forks_probes_that_measure_the_same(monkeypatch):
+    """The estimate's second server imports PaddleNLP ahead of its first probe (ForkServer.preload): its answer is
+    read before the probe's, and the probes it forks measure what a fresh process does."""
+    spec = load_spec(CONFIGS / "bert-mini-cpu.yaml")
+    backend = ChildBackend()
+    device = backend.describe("cpu")
+    budget = Budget(spec.budget, spec.headroom)
+    job = job_for(spec, Strategy(micro_batch=4, accumulation=2), device, budget)
+    monkeypatch.setenv("VRAMTUNE_FORK", "0")
+    fresh = backend.measure(job, 120, budget)
+    monkeypatch.setenv("VRAMTUNE_FORK", "1")
+    backend.preload(spec.source)
+    assert backend.fork_server.preloading
+    preloaded = [backend.measure(job, 120, budget) for _ in range(2)]
+    assert not backend.fork_server.preloading
+    backend.fork_server.close()
+    assert fresh.status == "measured", fresh
+    assert [(r.status, r.peak_bytes) for r in preloaded] == [("measured", fresh.peak_bytes)] * 2

@@ -109,6 +109,9 @@ def serve() -> None:
             exiting = None
         for module in request.get("modules", []):
             importlib.import_module(module)
+        if request.get("import_only"):  # a server made ready ahead of its first probe (ForkServer.preload)
+            _answer({"imported": True})
+            continue
         set_by_imports = {k: v for k, v in os.environ.items() if started_with.get(k) != v}
         gc.freeze()
         announced, announce = os.pipe()

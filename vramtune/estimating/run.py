@@ -91,6 +91,17 @@ def _layer_key(shape: dict[str, Any]) -> str | None:
     return next((key for key in ("num_hidden_layers", "num_layers") if key in shape), None)
 
 
+def twin(backend: Any, source: str) -> Any:
+    """A second backend with a fork server of its own (one server forks one probe at a time), importing what the
+    source's probes import at once, while the first counts the parameters; the backend itself without a server."""
+    if not isinstance(getattr(backend, "fork_server", None), ForkServer):
+        return backend
+    second = copy.copy(backend)
+    second.fork_server = ForkServer()
+    second.preload(source)
+    return second
+
+
 def width_scale(counts: Counts, base: Counts) -> float:
     """The width fraction whose deepest probe keeps its weights and gradients under PROBE_STATE_CAP: 1, or halves
     while the heads (and key/value heads) stay whole. Per-layer parameters scale with its square."""
@@ -158,8 +169,9 @@ class _Prober:
     four at shorter sequences whose activations, fitted and checked, are extrapolated to the model's (a second rung
     of four where the check misses; one at the whole sequence where that misses too)."""
 
-    def __init__(self, spec: Spec, backend: Any, cpu: Any, scale: float, shape: dict[str, Any], vocab: int | None,
-                 say: Say):
+    def __init__(self, spec: Spec, backends: list[Any], cpu: Any, scale: float, shape: dict[str, Any],
+                 vocab: int | None, say: Say):
+        """backends: SIDE_BY_SIDE of them, each with a fork server of its own (twin())."""
         self.spec, self.cpu, self.scale, self.shape, self.vocab, self.say = spec, cpu, scale, shape, vocab, say
         self.seq_len = getattr(spec.model, "seq_len", 0) or 0
         self.sequences = probe_sequences(self.seq_len)
@@ -169,19 +181,12 @@ class _Prober:
         self.log: list[dict[str, Any]] = []
         self.start = time.monotonic()
         self.results: dict[tuple, ProbeResult] = {}
-        self.servers: list[ForkServer] = []
+        self.servers = [server for b in backends[1:] if isinstance(server := getattr(b, "fork_server", None),
+                                                                       ForkServer)]
         self.backends: queue.Queue = queue.Queue()
-        for index in range(SIDE_BY_SIDE):
-            self.backends.put(backend if index == 0 else self._twin(backend))
-        self.pool = ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="estimate-probe")
-
-    def _twin(self, backend: Any) -> Any:
-        if not isinstance(getattr(backend, "fork_server", None), ForkServer):
-            return backend
-        twin = copy.copy(backend)
-        twin.fork_server = ForkServer()
-        self.servers.append(twin.fork_server)
-        return twin
+        for backend in backends:
+            self.backends.put(backend)
+        self.pool = ThreadPoolExecutor(len(backends), thread_name_prefix="estimate-probe")
 
     @property
     def count(self) -> int:
@@ -337,6 +342,7 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     start = time.monotonic()
     devices = devices or spec.devices
     cpu = backend.describe("cpu")
+    backends = [backend] + [twin(backend, spec.source) for _ in range(SIDE_BY_SIDE - 1)]
     probe_budget = Budget(PROBE_BUDGET, 0.0)
     counts = Counts(**backend.count(job_for(spec, Strategy(), cpu, probe_budget), spec.probe.timeout))
     reduced = bool(_layer_key(counts.shape) and counts.layers > max(RECOMPUTE_DEPTHS))
@@ -349,7 +355,7 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     probed = f"depth {', '.join(map(str, sorted({*DEPTHS, *RECOMPUTE_DEPTHS})))} of {counts.layers}" if reduced \
         else "full depth"
     vocab = probe_vocab(spec, counts.shape)
-    prober = _Prober(spec, backend, cpu, scale, counts.shape, vocab, say)
+    prober = _Prober(spec, backends, cpu, scale, counts.shape, vocab, say)
     say(f"estimating {spec.name}: {counts.params:,} parameters ({counts.trainable:,} trained) counted without "
         f"allocating them; activations from CPU probes at {probed}" + (f", width x{scale:g}" if scale < 1 else "")
         + (f", sequence {', '.join(map(str, sorted(prober.sequences)))} of {prober.seq_len}" if prober.sequences
