@@ -290,18 +290,23 @@ class _Prober:
                        seconds=sum(result.seconds for result in shorter.values())), \
             f"seq {', '.join(map(str, sorted(sequences)))} extrapolated to {self.seq_len}, "
 
-    def layers_kept(self, deeper: int, shallower: int, micro: int, granularity: str, ask: bool = False
-                    ) -> tuple[float, str] | None:
+    def derives(self, depth: int | None, shallowest: int | None) -> bool:
+        """Whether the recompute probe at `depth` is the one at `shallowest` plus what the layers between keep
+        (layers_kept), not probed at a raised vocabulary and the whole sequence: a deeper one, where the probes run
+        at shorter sequences and both are depth-reduced."""
+        return bool(self.sequences and depth and shallowest and depth > shallowest)
+
+    def layers_kept(self, deeper: int, shallower: int, micro: int, granularity: str) -> tuple[float, str] | None:
         """What `deeper` layers, every one recomputed, hold beyond `shallower` at the probes' vocabulary, at the
         model's sequence, and how it was found: a line through their difference at the first rung's two shortest
         sequences, checked at its third (what a recomputed layer keeps is its input, which grows with the tokens,
-        and its rotary cache, which does not); None where it misses, or only asked (`ask`)."""
+        and its rotary cache, which does not); None where it misses."""
         keys = [(depth, micro, depth, granularity, 1, self.vocab) for depth in (deeper, shallower)]
         sequences = sorted((self._shorter(keys[0]) or ())[1:])
         for key in keys:
             for seq in sequences:
                 self._ask_at(key, seq)
-        if ask or not sequences:
+        if not sequences:
             return None
         found = line_extrapolated({seq: _activations(self._result((*keys[0], seq)))
                                    - _activations(self._result((*keys[1], seq))) for seq in sequences}, self.seq_len)
@@ -456,8 +461,7 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
     if recompute and _blocks(measured[small]):
         micro = large if floor else small
         if prober.vocab and per_entry > 0:
-            asked = _ask_recomputed(prober, depths, recompute_depths, micro, per_entry, counts)
-            kept = _kept_or_asked(prober, asked)
+            asked, kept = _ask_recomputed(prober, depths, recompute_depths, micro, per_entry, counts)
             shallower: tuple[int, float, float] | None = None  # depth, activations at the model's, at the probed
             for key, bound in asked:
                 added, how = kept.get(key) or (None, "")
@@ -489,8 +493,7 @@ def _ask_recomputed_ahead(prober: _Prober, depths: tuple[int | None, ...], recom
     """The probes with every layer recomputed the estimate likely needs, at micro-batch 1 (no floor): at the model's
     vocabulary, at once; at a reduced one, once the probes they are placed from are in (_ask_recomputed)."""
     if prober.vocab:
-        asked = _ask_recomputed(prober, depths, recompute_depths, 1, _logits_per_entry(prober, depths[0], 1), counts)
-        _kept_or_asked(prober, asked)
+        _ask_recomputed(prober, depths, recompute_depths, 1, _logits_per_entry(prober, depths[0], 1), counts)
         return
     for depth in recompute_depths:
         if depth:
@@ -510,7 +513,8 @@ def _recomputed_point(prober: _Prober, depth: int | None, micro: int, floor: flo
 
 
 def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
-                    micro: int, per_entry: float, counts: Counts) -> list[tuple[tuple, float]]:
+                    micro: int, per_entry: float, counts: Counts
+                    ) -> tuple[list[tuple[tuple, float]], dict[tuple, tuple[float, str] | None]]:
     """At a reduced vocabulary, ask the recompute probes at `micro` where the logits, not a layer rebuilt in backward
     (which no vocabulary changes), set their peak: each the probe's key and the plain probe's peak at the reduced
     vocabulary, which no moment of the recomputed step exceeds (it holds less of each layer), and which the probe's
@@ -518,13 +522,13 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     activations outside the layers plus the logits added, passes by a quarter what a rebuilt moment holds beyond
     them: guessed as REBUILT_LAYERS layers' activations (the one rebuilt and its backward; the checkpoints of the
     others are small), not all of the probe's (Llama-3-8B's shape at depth 3: vocabulary 47k, not 67k); probed at
-    full depth, where the layers are not apart, all of them. Where the probes run at shorter sequences, only the
-    shallowest is asked so; for each deeper one, the shallowest and it at the probes' vocabulary (_kept_or_asked)."""
+    full depth, where the layers are not apart, all of them. Each deeper one is asked so where it is not derived from
+    the shallowest; with what the layers of those that are keep beyond it (_kept_or_asked)."""
     first, low = depths[0], prober.vocab or 0
     at_first = prober.probe(first, micro)
     found = _blocks(at_first)
     if found is None or per_entry <= 0:
-        return []
+        return [], {}
     total, granularity = found
     per_layer = 0.0
     if len(depths) > 1 and depths[1] and first:
@@ -532,17 +536,13 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
     vocab = counts.shape.get("vocab_size") or low
     asked = []
     ordered = sorted(recompute_depths, key=lambda d: d or 0)
-    for index, depth in enumerate(ordered):
+    for depth in ordered:
         bound = _activations(at_first) + per_layer * ((depth or 0) - (first or 0))
         layers = per_layer * min(depth or 0, REBUILT_LAYERS) if per_layer else bound
         high = min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
-        key = (depth, micro, depth or total, granularity, 1, high)
-        if index and prober.sequences and depth and ordered[0]:  # deeper: what its layers keep (_kept_or_asked)
-            prober.layers_kept(depth, ordered[0], micro, granularity, ask=True)
-        else:
-            prober.ask(*key[:5], vocab=high)
-        asked.append((key, bound))
-    return asked
+        asked.append(((depth, micro, depth or total, granularity, 1, high), bound))
+    prober.ask(*asked[0][0][:5], vocab=asked[0][0][5])
+    return asked, _kept_or_asked(prober, asked)
 
 
 def _kept_or_asked(prober: _Prober, asked: list[tuple[tuple, float]]) -> dict[tuple, tuple[float, str] | None]:
@@ -550,14 +550,16 @@ def _kept_or_asked(prober: _Prober, asked: list[tuple[tuple, float]]) -> dict[tu
     probes' vocabulary and shorter sequences (_Prober.layers_kept), so that it does not run at the raised vocabulary
     and the whole sequence; one without is asked at once at the raised vocabulary, beside the shallowest. The layers
     kept aside are the same whichever moment sets the peak (the logits', or a layer rebuilt in backward: Llama-2-7B's
-    shape at 2,048 tokens: 8,388,864 bytes a layer both ways). Without: where their line misses (a moment that
-    overtakes another on the way, as the logits' and a rebuilt layer's do at Llama-3-8B's shape: the two depths'
-    moments may differ). The sum must also pass the plain probe's bound, as a probed one must (_recomputed_at)."""
+    shape at 2,048 tokens: 8,388,864 bytes a layer both ways). Without: where it is not derived (_Prober.derives), or
+    where their line misses (a moment that overtakes another on the way, as the logits' and a rebuilt layer's do at
+    Llama-3-8B's shape: the two depths' moments may differ). The sum must also pass the plain probe's bound, as a
+    probed one must (_recomputed_at)."""
     kept = {}
-    if asked and prober.sequences and asked[0][0][0]:
-        kept = {key: prober.layers_kept(key[0], asked[0][0][0], key[1], key[3]) for key, _ in asked[1:] if key[0]}
+    shallowest = asked[0][0][0]
     for key, _ in asked[1:]:
-        if kept.get(key) is None:
+        derived = prober.derives(key[0], shallowest)
+        kept[key] = prober.layers_kept(key[0], shallowest, key[1], key[3]) if derived else None
+        if kept[key] is None:
             prober.ask(*key[:5], vocab=key[5])
     return kept
 
