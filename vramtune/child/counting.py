@@ -60,8 +60,10 @@ def count(job: ProbeJob) -> dict[str, Any]:
               "layers": layer_count(config) if config is not None else 0,
               "shape": {key: getattr(config, key) for key in SHAPE_KEYS if getattr(config, key, None)}
               if config is not None else {}}
+    seen: set[int] = set()  # a parameter held by two layers (an RNN's and its cells') is counted once
     for layer in model.sublayers(include_self=True):
-        own = layer.parameters(include_sublayers=False)
+        own = [p for p in layer.parameters(include_sublayers=False) if id(p) not in seen]
+        seen.update(id(p) for p in own)
         counts["params"] += sum(_size(p) for p in own)
         counts["trainable"] += sum(_size(p) for p in own if not p.stop_gradient)
         if isinstance(layer, BATCHNORM):

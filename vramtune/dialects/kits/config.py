@@ -189,6 +189,25 @@ def on_path(checkout: str) -> Iterator[None]:
             sys.path.remove(checkout)
 
 
+@contextlib.contextmanager
+def eager_parameters() -> Iterator[None]:
+    """Parameters with memory even under `estimate`'s paddle.LazyGuard, for kit code that a lazy parameter breaks:
+    initialisers that fill them in place (ppdet's `set_value` in PPYOLOEHead._init_weights), and paddle.nn's RNNs,
+    whose constructor coalesces its weights into one buffer (`flatten_parameters`: Paddle 3.3.1 raises "The
+    attribute(concated_ranks) length must be equal to the output tensor number" on lazy ones). A model's bytes,
+    in a count's child."""
+    from paddle.nn.initializer.lazy_init import lazy_init_helper
+
+    helper = lazy_init_helper()
+    lazy = helper.state
+    helper.disable()
+    try:
+        yield
+    finally:
+        if lazy:
+            helper.enable()
+
+
 class KitEMA:
     """A kit's EMA as its loop runs it: made once (`make`, from the model), updated after every optimizer step (the
     probe calls it there: BuiltModel.after_step). The probe makes it at the first step's end: after vramtune's AMP

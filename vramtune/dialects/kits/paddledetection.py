@@ -19,17 +19,15 @@ is refused by name."""
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 
 from vramtune.dialects.kits import tags
-from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, get_key
+from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, eager_parameters, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
@@ -188,22 +186,6 @@ KIT = PaddleDetection(name="paddledetection", package="ppdet", sections=("archit
                       accumulates=False)
 
 
-@contextlib.contextmanager
-def eager_parameters() -> Iterator[None]:
-    """Parameters with memory even under `estimate`'s paddle.LazyGuard: ppdet's initialisers fill them in place
-    (`set_value` in PPYOLOEHead._init_weights), which a lazy parameter cannot take. A detector's are a few MB."""
-    from paddle.nn.initializer.lazy_init import lazy_init_helper
-
-    helper = lazy_init_helper()
-    lazy = helper.state
-    helper.disable()
-    try:
-        yield
-    finally:
-        if lazy:
-            helper.enable()
-
-
 class PaddleDetectionSource(KitSource):
     name = "paddledetection"
     words: ClassVar[dict[str, str]] = {"train.target_batch": f"{BATCH} (-O, or --target-batch)"}
@@ -219,7 +201,7 @@ class PaddleDetectionSource(KitSource):
 
             config = workspace.load_config(settings.config)
             workspace.merge_config(ArgsParser()._parse_opt([*settings.options, *settings.probe_options]))  # as -o
-            with eager_parameters():
+            with eager_parameters():  # ppdet fills them in place (set_value in PPYOLOEHead._init_weights)
                 model = workspace.create(config.architecture)
         height, width = train_size(config)
         classes = int(config.get("num_classes", 80))

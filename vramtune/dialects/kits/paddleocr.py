@@ -28,6 +28,7 @@ from vramtune.dialects.kits.config import (
     amp_choices,
     apply_options,
     compiled,
+    eager_parameters,
     eval_phase,
     evaluated_batch,
     get_key,
@@ -217,7 +218,8 @@ class PaddleOCRSource(KitSource):
             post_process = build_post_process(config["PostProcess"], config["Global"])
             characters = list(getattr(post_process, "character", []))
             set_head_sizes(config, len(characters))
-            model = build_model(config["Architecture"])
+            with eager_parameters():  # an RNN (SAR's and CRNN's LSTMs) cannot be built lazily
+                model = build_model(config["Architecture"])
             train_loss = build_loss(config["Loss"])
             sample = encoded_sample(config, characters)
             average = ema(config, model)
