@@ -3,10 +3,11 @@
 processes are ended on the way out (runner.py, forking.py), the finished probes are already saved (store.py),
 and the command exits with the shell's code for the signal: 128 + its number (130, 143, 129).
 
-Only the first signal interrupts, and never inside a `deferred()` block (it interrupts as the block ends): one
-arriving while the run winds down (its probe's processes being ended, the summary printed) is noted and the
-wind-down goes on, so it cannot cut the summary short. A SIGINT the shell set to be ignored (a background job of a
-script) stays ignored."""
+Only the first signal interrupts, and never inside a `deferred()` block (it interrupts as the block ends), nor in
+an `until_saved()` block once its probe has `answered()` (its result is in: it is saved first): one arriving while
+the run winds down (its probe's processes being ended, the summary printed) is noted and the wind-down goes on, so
+it cannot cut the summary short. A SIGINT the shell set to be ignored (a background job of a script) stays
+ignored."""
 from __future__ import annotations
 
 import contextlib
@@ -30,10 +31,12 @@ class Interrupted(KeyboardInterrupt):
 class _Hold:
     depth = 0  # deferred() blocks running
     raised = False  # Interrupted was raised (once per process)
+    saving = False  # in an until_saved() block
+    answered = False  # ... whose probe has answered: its result waits for its save
 
 
 def _raise_first() -> None:
-    if received and not _Hold.raised and not _Hold.depth:
+    if received and not _Hold.raised and not _Hold.depth and not _Hold.answered:
         _Hold.raised = True
         raise Interrupted(received[0])
 
@@ -98,3 +101,21 @@ def deferred() -> Iterator[None]:
     finally:
         _Hold.depth -= 1
     _raise_first()
+
+
+@contextlib.contextmanager
+def until_saved() -> Iterator[None]:
+    """A probe run, then saved: a signal interrupts the probe while it runs, but once it has `answered()` (its
+    result is in) the signal waits until the block ends (the result saved and noted), and interrupts then."""
+    _Hold.saving = True
+    try:
+        yield
+    finally:
+        _Hold.saving = _Hold.answered = False
+    _raise_first()
+
+
+def answered() -> None:
+    """A probe is over and its result is in: in an `until_saved()` block, hold interrupts back until its end
+    (anywhere else, nothing: a device's description or a model's count is not saved)."""
+    _Hold.answered = _Hold.saving

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from vramtune import forking
+from vramtune import forking, interrupts
 from vramtune.forking import ForkServer, ForkServerError, die_with_parent, worker_env
 from vramtune.mechanisms import MECHANISMS
 from vramtune.mechanisms.base import Launch
@@ -69,14 +69,15 @@ class ChildProcess:
 
     Everything it starts inherits a unique environment marker, so even processes that moved to sessions of their
     own (the launcher's ranks) are found and ended. A launcher is asked first (SIGTERM: it ends its ranks), and
-    dies with us; its ranks die with it (they arm PR_SET_PDEATHSIG themselves)."""
+    dies with us; its ranks die with it (they arm PR_SET_PDEATHSIG themselves). A probe's worker `answers`: once it
+    is over, a signal waits until the tuning has saved its result (interrupts.answered)."""
 
     GRACE = 5.0  # seconds a launcher gets to end its ranks
 
     def __init__(self, argv: list[str], env: dict[str, str], stderr_path: str, cwd: str | None = None,
-                 graceful: bool = False):
+                 graceful: bool = False, answers: bool = False):
         self.marker = uuid.uuid4().hex
-        self.argv, self.stderr_path, self.cwd, self.graceful = argv, stderr_path, cwd, graceful
+        self.argv, self.stderr_path, self.cwd, self.graceful, self.answers = argv, stderr_path, cwd, graceful, answers
         self.env = {**env, "VRAMTUNE_PROBE": self.marker}
         self.process: subprocess.Popen | None = None
 
@@ -90,15 +91,21 @@ class ChildProcess:
             timed_out = False
             try:
                 self.process.wait(timeout=timeout)
+                self.over()
             except subprocess.TimeoutExpired:
                 timed_out = True
                 self.kill()
+                self.over()
             except BaseException:  # Ctrl-C / SIGTERM in the parent: end the probe, then pass it on
                 self.kill()
                 raise
             finally:
                 self.sweep()  # grandchildren the model started must not outlive the probe
         return ChildOutcome(self.process.returncode, timed_out, _tail(self.stderr_path), time.monotonic() - start)
+
+    def over(self) -> None:
+        if self.answers:
+            interrupts.answered()
 
     def kill(self) -> None:
         """End the child's group (a launcher gets a grace period to end its ranks), then reap the child."""
@@ -148,6 +155,7 @@ class ForkedProbe:
         try:
             returncode, timed_out = self.server.run(self.request, self.env, timeout, die_with_parent(signal.SIGKILL),
                                                     lambda pid: end_processes(pid, self.marker))
+            interrupts.answered()  # over: a signal from here on waits until its result is saved
         finally:
             end_processes(None, self.marker)  # grandchildren the model started must not outlive the probe
         return ChildOutcome(returncode, timed_out, _tail(self.stderr_path), time.monotonic() - start)
@@ -203,7 +211,7 @@ def run_worker(arguments: list[str], extra_env: dict[str, str], timeout: float,
         if outcome is None:
             if launch:
                 argv, env = launch.argv, launch.env
-            outcome = ChildProcess(argv, env, stderr, cwd=folder, graceful=bool(launch)).run(timeout)
+            outcome = ChildProcess(argv, env, stderr, cwd=folder, graceful=bool(launch), answers=True).run(timeout)
         if launch:
             payload = merge(read_rank_results(out, launch.ranks), rank_logs(folder, launch.ranks))
         else:

@@ -179,11 +179,12 @@ def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False
                 result = saved[strategy]
                 result.reused = True
                 return result
-            result = measure(session, strategy, on_wait)
-            with interrupts.deferred():  # a signal from here on is handled once the probe is saved and noted
-                if result.error_kind != "build":  # a build error is fixed in code the cache key may not see
-                    session.store.save(result)
-                finished[strategy] = result
+            with interrupts.until_saved():  # a signal once the probe is over is handled once it is saved and noted
+                result = measure(session, strategy, on_wait)
+                with interrupts.deferred():  # held where no probe answered, too (unsupported, a fake device)
+                    if result.error_kind != "build":  # a build error is fixed in code the cache key may not see
+                        session.store.save(result)
+                    finished[strategy] = result
             return result
 
         tuner = Tuner(measure_saving, search_problem(session), progress)

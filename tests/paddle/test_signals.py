@@ -4,8 +4,9 @@ finished probe, say what the run had, and exit 128 + the signal's number; a re-r
 measures only the rest. A probe child killed by hand is a crashed probe, and tuning goes on.
 
 Every wait is on an event (a saved line, a pid file the hanging probe writes, the process's exit), bounded
-generously for a loaded machine; no outcome depends on timing: every probe is over a 1 KiB budget, so the ladder
-takes the same steps on any machine."""
+generously for a loaded machine, and a signal meant for the instant a probe's result has been read is sent by
+vramtune to itself, from a hook at that point; no outcome depends on timing: every probe is over a 1 KiB budget,
+so the ladder takes the same steps on any machine."""
 from __future__ import annotations
 
 import fcntl
@@ -18,11 +19,12 @@ import signal
 import subprocess
 import sys
 import termios
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from conftest import fault_spec
+from conftest import ROOT, fault_spec
 from test_faults import _finish, _start_probe, _wait_for_line, process_gone, saved_lines, wait_until
 
 pytestmark = pytest.mark.paddle
@@ -82,6 +84,47 @@ def test_a_signal_keeps_the_finished_probes_and_a_rerun_reuses_them(write_spec, 
     assert wait_until(lambda: all(map(process_gone, (worker, grandchild, server))), 30)  # nothing of it left
     first = saved_lines(private_cache)
     assert [p["micro_batch"] for p in first] == [64] and first[0]["status"] == "over_budget"
+    rerun_reuses(path, private_cache, first)
+
+
+SIGNALLED_AFTER_READING = textwrap.dedent("""
+    import os, runpy, sys
+    from vramtune import runner
+
+    def result_from(job, outcome, seconds, original=runner.result_from):
+        runner.result_from = original  # once: the first probe's result is read, not yet saved
+        result = original(job, outcome, seconds)
+        os.kill(os.getpid(), int(os.environ["SIGNAL_AFTER_READING"]))
+        return result
+
+    runner.result_from = result_from
+    sys.argv = ["vramtune", *sys.argv[1:]]
+    runpy.run_module("vramtune", run_name="__main__")
+""")
+
+
+@pytest.mark.parametrize("sig, fork", [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGHUP, "1"),
+                                       (signal.SIGTERM, "0")], ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGTERM-unforked"])
+def test_a_signal_once_a_probes_result_is_in_saves_the_probe_first(write_spec, private_cache, sig, fork):
+    """The signal arrives as vramtune has read the first probe's result (from the warm server's fork, or a fresh
+    process with VRAMTUNE_FORK=0), before it saved it: the probe is saved and in the partial report, then the run
+    exits 128 + the signal; a re-run reuses it."""
+    path = write_spec(fault_spec("none", budget=1024, search={"micro_batches": [64, 16]}))
+    process = subprocess.Popen([sys.executable, "-c", SIGNALLED_AFTER_READING, "probe", str(path), "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               env={**os.environ, "SIGNAL_AFTER_READING": str(int(sig)), "VRAMTUNE_FORK": fork})
+    out, err = _finish(process, STARTED)
+    assert process.returncode == 128 + sig, err
+    report = json.loads(out)
+    assert report["interrupted"] and [p["micro_batch"] for p in report["probes"]] == [64]
+    assert report["probes"][0]["status"] == "over_budget"
+    rows = [line for line in err.splitlines() if line.startswith("│ ")]  # the probes table: the saved probe
+    assert len(rows) == 1 and rows[0].startswith("│ 1 │") and "│ fp32 m=64 k=1 r=0 │ over_budget │" in rows[0], err
+    summary = err.splitlines()[-2:]
+    assert summary[0] == "interrupted after 1 probe(s): finished probes are saved; run again to resume"
+    assert re.fullmatch(rf"1 probes in \d+\.\ds on {re.escape(report['device']['name'])}", summary[1])
+    first = saved_lines(private_cache)
+    assert [(p["micro_batch"], p["status"]) for p in first] == [(64, "over_budget")]
     rerun_reuses(path, private_cache, first)
 
 
