@@ -209,7 +209,8 @@ def render_check(verdict: dict[str, Any]) -> None:
     console.print(f"check: [bold {style}]{status}[/]")
 
 
-STATE_WORDS = {"weights": "weights", "gradients": "gradients", "optimizer_state": "optimizer state"}
+STATE_WORDS = {"weights": "weights", "gradients": "gradients", "optimizer_state": "optimizer state",
+               "ema": "EMA and the copies kept (counted)"}
 
 
 def estimate_facts(counts: Any) -> dict[str, dict[str, Any]]:

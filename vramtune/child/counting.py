@@ -59,7 +59,7 @@ def count(job: ProbeJob) -> dict[str, Any]:
     counts = {"params": 0, "trainable": 0, "batchnorm": 0, "layernorm": 0, "matmul": 0,
               "layers": layer_count(config) if config is not None else 0,
               "shape": {key: getattr(config, key) for key in SHAPE_KEYS if getattr(config, key, None)}
-              if config is not None else {}}
+              if config is not None else {}, **built.held}
     seen: set[int] = set()  # a parameter held by two layers (an RNN's and its cells') is counted once
     for layer in model.sublayers(include_self=True):
         own = [p for p in layer.parameters(include_sublayers=False) if id(p) not in seen]

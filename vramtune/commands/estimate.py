@@ -15,6 +15,7 @@ from vramtune.dialects.kits import export as kit_export
 from vramtune.estimating.answer import answer
 from vramtune.estimating.answer_render import render_answer
 from vramtune.estimating.asking import question
+from vramtune.estimating.held import notes as held_notes
 from vramtune.estimating.model import Row
 from vramtune.estimating.run import estimate, gpu_probes
 from vramtune.records import ProbeResult
@@ -74,10 +75,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
     ) -> None:
         """Estimate every strategy's per-rank peak on a card, without the card (CPU probes, counted state; for a
         model folder, a config.json or a PaddleFormers config: counted from the sizes, no probe)."""
+        options = common.config_options(kit_options, trailing)
         card_bytes = _size("--card", card, spec_path)
         budget_bytes = _size("--budget", budget, spec_path) if budget else None
         probes = _calibration(calibration) if calibration is not None else None
-        options = [*(kit_options or []), *(trailing or [])]
         asked = question(spec_path, seq_len, batch, devices, options)
         if asked is not None:
             result = answer(asked, card_bytes, calibration=probes, budget_bytes=budget_bytes)
@@ -92,6 +93,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                                               "target batch are its own (edit them in the file)")])
         spec = common.load(spec_path, {"kit.options": options, **({"devices": devices} if devices else {})}, backend)
         result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
+        result.notes += held_notes(result.counts)
         render.render_estimate(result)
         kit = _kit_options(spec, result.best) if result.best else None
         if json_output:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vramtune.estimating import held
 from vramtune.mechanisms import MECHANISMS
 from vramtune.search.fitting import least_squares, linear_fit
 from vramtune.strategy import Strategy
@@ -31,6 +32,8 @@ class Counts:
     matmul: int = 0  # matmul and conv weights: AMP O1 keeps a half copy of each
     layers: int = 0
     shape: dict[str, Any] = field(default_factory=dict)  # the configuration's depth and width (PaddleNLP models)
+    ema_elements: int = 0  # a kit's EMA: its fp32 shadows' elements (held.py)
+    state_copies: int = 0  # copies of the weights a kit's loop keeps aside (PaddleOCR's EMA swaps: held.py)
 
 
 @dataclass
@@ -176,10 +179,14 @@ def own_parts(counts: Counts, strategy: Strategy) -> int:
 
 
 def row(counts: Counts, fit: ActivationFit, factors: Factors, strategy: Strategy, given: Given, gpu: bool) -> Row:
+    """The counted state, the activations fitted (without what a kit's loop holds beside the state, which the fp32
+    probes measured with them) scaled by the strategy's factor, that held state counted at its precision."""
     parts = state(counts, strategy, given)
     rerun = sum(mechanism.rerun_layers(strategy) for mechanism in MECHANISMS)
-    activations = fit.activations(counts.layers, strategy.micro_batch, rerun)
+    activations = fit.activations(counts.layers, strategy.micro_batch, rerun) - held.probed(counts)
     activations *= factors.activations(strategy)
+    if held.probed(counts):
+        parts["ema"] = held.held(counts, parts["weights"])
     allocated = sum(parts.values()) + activations
     allocator = allocated * factors.fragmentation if gpu else 0.0
     return Row(strategy, parts, activations=int(max(0.0, activations)), allocator=int(allocator))

@@ -22,6 +22,8 @@ class BuiltModel:
     config: Any = None  # the model's configuration object, where it has one (PaddleNLP)
     after_step: Callable[[], None] | None = None  # what the user's loop does after each optimizer step (a kit's EMA
     #                                               update): the training steps call it, so the probe measures it
+    held: dict[str, int] = dataclasses.field(default_factory=dict)  # what that loop holds beside the state, as
+    #                    the estimate counts it (estimating.model.Counts: ema_elements, state_copies; PaddleOCR's EMA)
 
 
 class Source:

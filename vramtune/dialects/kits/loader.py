@@ -66,6 +66,7 @@ class ReadAhead:
     def loss(self, network: Any, batch: tuple[Any, list[Any]]) -> Any:
         return self.train_loss(network, batch[0])
 
-    def built(self, after_step: Callable[[], None] | None = None) -> BuiltModel:
-        """The model the probe trains on these batches; `after_step`: the kit's EMA update, where it has one."""
-        return BuiltModel(self.model, self.make_batch, self.loss, after_step=after_step)
+    def built(self, after_step: Callable[[], None] | None = None, held: dict[str, int] | None = None) -> BuiltModel:
+        """The model the probe trains on these batches; `after_step`: the kit's EMA update, where it has one; `held`:
+        what its loop holds beside the state, counted (BuiltModel.held)."""
+        return BuiltModel(self.model, self.make_batch, self.loss, after_step=after_step, held=held or {})

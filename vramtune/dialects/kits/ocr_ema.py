@@ -12,6 +12,7 @@ measured 1,536,629,596 B: -3.3% of the kit's run."""
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from vramtune.dialects.kits.config import KitEMA, get_key
@@ -43,6 +44,17 @@ def ema(config: dict[str, Any], model: Any) -> KitEMA | None:
                                    ema_decay_type=kit.get("ema_decay_type", "threshold"),
                                    ema_filter_no_grad=kit.get("ema_filter_no_grad", False)),
                   lambda average: average.update(model))
+
+
+def held_state(config: dict[str, Any], model: Any) -> dict[str, int]:
+    """What the estimate counts of the EMA (estimating/held.py): the elements of its fp32 shadows, one for every entry
+    of the model's state_dict (an RNN's weights under both names, its own and its cell's, as ModelEMA makes them:
+    en_PP-OCRv3's 22,124,868 for 13,719,876 parameters), and the copies of the state the swaps keep (a deep copy
+    holds each tensor once: the weights)."""
+    if not config["Global"].get("use_ema", False):
+        return {}
+    return {"ema_elements": sum(math.prod(tensor.shape) for tensor in model.state_dict().values()),
+            "state_copies": kept_copies(config)}
 
 
 class Swaps:

@@ -36,7 +36,7 @@ from vramtune.dialects.kits.config import (
     search_off,
 )
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
-from vramtune.dialects.kits.ocr_ema import Swaps, ema, evaluates, kept_copies
+from vramtune.dialects.kits.ocr_ema import Swaps, ema, evaluates, held_state, kept_copies
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import kit_spec, positive_batch, smaller_batch
 from vramtune.sources.base import BuildError
@@ -223,6 +223,7 @@ class PaddleOCRSource(KitSource):
             train_loss = build_loss(config["Loss"])
             sample = encoded_sample(config, characters)
             average = ema(config, model)
+            held = held_state(config, model)
         swaps = Swaps(model, average, kept_copies(config)) if average is not None else None
         keys = next((op["KeepKeys"]["keep_keys"] for op in config["Train"]["dataset"]["transforms"]
                      if "KeepKeys" in op), ["image", "label"])
@@ -272,7 +273,8 @@ class PaddleOCRSource(KitSource):
             return train_loss(preds, data)["loss"]
 
         return ReadAhead(make_batch, loss, model, kit_read_ahead(config, "Train.loader"),
-                         kit_read_ahead(config, "Eval.loader"), upcoming).built(swaps.after_step if swaps else None)
+                         kit_read_ahead(config, "Eval.loader"), upcoming).built(swaps.after_step if swaps else None,
+                                                                                held)
 
 
 SOURCE = PaddleOCRSource()
