@@ -45,6 +45,11 @@ def parse_size(value: object) -> int:
     return size
 
 
+def is_unit(text: str) -> bool:
+    """Whether `text` is a size's unit alone ("MiB", "GB"), as a size split by a space leaves it."""
+    return text.strip().lower() in _UNITS
+
+
 def format_bytes(size: int | float | None, up: bool = False) -> str:
     """Human size in binary units, e.g. 1536 -> '1.5 KiB'; `up`: rounded up to the figure shown, never less than
     `size` (a budget that must suffice)."""

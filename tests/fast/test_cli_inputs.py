@@ -100,3 +100,11 @@ def test_plot_refuses_stdout_and_says_the_png_it_writes_for_a_name_without_suffi
     code, _, err = cli("plot", SPEC, "-o", tmp_path / "chart")
     assert (code, err) == (0, f"wrote {tmp_path / 'chart.png'}\n")
     assert [path.name for path in tmp_path.glob("chart*")] == ["chart.png"]
+
+
+@pytest.mark.parametrize("command", ["probe", "apply", "measure", "estimate", "plot"])
+def test_usage_names_the_file_spec_and_a_configs_overrides_after_it(fake_cli, command):
+    cli, _ = fake_cli(small())
+    code, out, _ = cli(command, "--help")
+    usage = next(line.strip() for line in out.splitlines() if "Usage:" in line)
+    assert (code, usage) == (0, f"Usage: root {command} [OPTIONS] {{SPEC}} [KEY=VALUE]...")

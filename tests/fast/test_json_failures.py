@@ -28,6 +28,10 @@ BAD_INPUT = [
     (["validate", "x=1"], "no spec file among x=1 (an argument with = that names no file is an override): vramtune "
                           "validate SPEC... [KEY=VALUE]..."),
     (["probe", "missing.yaml"], "missing.yaml: no such file"),
+    (["probe", SPEC, "--budget", "4", "MiB"], "'MiB' after the file is a unit on its own: write a size without a "
+                                              "space (e.g. --budget 512MiB, not --budget 512 MiB)"),
+    (["estimate", SPEC, "--card", "24", "GB"], "'GB' after the file is a unit on its own: write a size without a "
+                                               "space (e.g. --budget 512GB, not --budget 512 GB)"),
 ]
 
 
@@ -46,6 +50,7 @@ def test_bad_input_is_a_json_object_on_stdout_and_the_message_on_stderr(fake_cli
                                                "unable to parse string as an integer"),
     (["estimate", SPEC], "Missing option '--card'."),
     (["check"], "Missing argument 'FILE'."),
+    (["probe"], "Missing argument 'SPEC'."),
     (["apply", SPEC, "--no-such-flag"], "No such option: --no-such-flag"),
 ])
 def test_a_usage_error_is_a_json_object_too(fake_cli, args, message):

@@ -47,7 +47,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                      "report names it), or leave out --json to get the file alone on stdout")
         name = common.plain(format_name) or export.default_format(spec_path)
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
-                                       [*(kit_options or []), *(trailing or [])], backend)
+                                       common.config_options(kit_options, trailing), backend)
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:

@@ -37,7 +37,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         config's own overrides (-O KEY=VALUE or KEY=VALUE after the file) apply to the spec it measures, as apply's."""
         if tolerance < 0:
             raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
-        options = [*(kit_options or []), *(trailing or [])]
+        options = common.config_options(kit_options, trailing)
         spec = common.load(tuned_path, {"budget": budget, "kit.options": options}, backend)
         if checking.is_tool_file(spec):
             verdict = checking.check_file(spec, backend, render.say, device, devices)

@@ -16,7 +16,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from vramtune import __version__, interrupts, render, session
+from vramtune import __version__, interrupts, render, session, units
 from vramtune.commands import packages
 from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.runner import Backend
@@ -29,14 +29,14 @@ def _complete_device(ctx: click.Context, param: click.Parameter, incomplete: str
     return [value for value in ("auto", "cpu", "gpu", "gpu:0", "gpu:1") if value.startswith(incomplete)]
 
 
-SpecArg = typer.Argument(..., help="your training file: a PaddleFormers config, a kit config, a PaddleNLP arguments "
-                         "file (JSON) or a vramtune spec", show_default=False)
+SpecArg = typer.Argument(..., metavar="SPEC", help="your training file: a PaddleFormers config, a kit config, a "
+                         "PaddleNLP arguments file (JSON) or a vramtune spec", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="machine-readable result on stdout (human output on stderr)")
 BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 15.5GiB (overrides the spec)")
 DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
                          help="device (overrides the spec)")
 TargetOpt = typer.Option(None, "--target-batch", help="effective batch size (overrides the spec)")
-TrailingArg = typer.Argument(None, metavar="[KEY=VALUE]...", show_default=False,
+TrailingArg = typer.Argument(None, metavar="KEY=VALUE", show_default=False,
                              help="the config's own overrides after the file, as paddleformers-cli train takes them "
                                   "(the same as -O KEY=VALUE)")
 KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit or PaddleFormers config's own "
@@ -93,6 +93,16 @@ def overrides(budget: str | None, device: str | None, target_batch: int | None =
               kit_options: list[str] | None = None) -> dict[str, Any]:
     """Command-line overrides as dotted spec keys; a budget of digits only is bytes, refused under 1 MiB."""
     return {"budget": budget, "device": device, "train.target_batch": target_batch, "kit.options": kit_options}
+
+
+def config_options(kit_options: list[str] | None, trailing: list[str] | None) -> list[str]:
+    """A config's own overrides: the -O ones, then those after the file. A size's unit alone after the file is a
+    flag's value split by a space (`--budget 4 MiB`), named as such rather than as a malformed override."""
+    for item in trailing or []:
+        if units.is_unit(item):
+            raise Failed(f"{item!r} after the file is a unit on its own: write a size without a space (e.g. --budget "
+                         f"512{item.strip()}, not --budget 512 {item.strip()})", EXIT_BAD_INPUT)
+    return [*(kit_options or []), *(trailing or [])]
 
 
 def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backend | None = None) -> Spec:

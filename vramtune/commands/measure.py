@@ -24,7 +24,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit). A
         PaddleFormers, PaddleNLP or kit file given neither -m nor -k: the strategy the file states."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
-        options = [*(kit_options or []), *(trailing or [])]
+        options = common.config_options(kit_options, trailing)
         spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks}, backend)
         given = {name: common.plain(value) for name, value in flags.items()}
         if given["micro_batch"] is None and (given["accumulation"] is not None or not checking.is_tool_file(spec)):

@@ -27,7 +27,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if importlib.util.find_spec("matplotlib") is None:
             raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
         spec = common.load(spec_path, common.overrides(budget, device, target_batch,
-                                                          [*(kit_options or []), *(trailing or [])]))
+                                                          common.config_options(kit_options, trailing)))
         result = session.open_session(spec, backend, warn=render.warn).store.load_summary()
         if result is None:
             raise export.ExportError(f"no saved results for {spec.name}: run `vramtune probe {spec_path}` first")

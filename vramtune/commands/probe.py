@@ -26,7 +26,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
               **flags: Any) -> None:
         """Tune: run the probe ladder and print the fastest configuration that fits."""
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
-                                       [*(kit_options or []), *(trailing or [])], backend)
+                                       common.config_options(kit_options, trailing), backend)
         spec_session = session.open_session(spec, backend, warn=render.warn)
         render.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
                    f"{spec.train.target_batch} within {render.format_bytes(spec_session.budget.bytes)}")
