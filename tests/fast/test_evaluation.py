@@ -73,3 +73,11 @@ def test_the_tuned_evaluation_batch_is_written_back_and_the_report_shows_both_pe
         "resident; keeps 62 B per sample on the device for the whole evaluation set (bound it with the evaluation's "
         "accumulation steps: eval_accumulation_steps in a Trainer's arguments, train.evaluation.accumulation_steps in "
         "a spec)"]
+
+
+def test_an_evaluation_that_keeps_nothing_says_so_without_advice_to_bound_it():
+    from vramtune.mechanisms.evaluation import MECHANISM
+
+    assert MECHANISM.describe(evaluated(900_000, {32: 990_000}, 32, kept=0)) == [
+        "evaluation at batch 32: peak 966.8 KiB with the training state resident; keeps nothing on the device from "
+        "step to step"]

@@ -120,7 +120,8 @@ class Evaluation(Mechanism):
         kept = facts["eval_kept"][str(chosen)]
         steps = facts.get("eval_accumulation_steps")
         lowered = f" (lowered from {requested}: larger ones do not fit)" if chosen < requested else ""
-        keeping = (f"keeps {format_bytes(kept / chosen)} per sample on the device for the whole evaluation set "
+        keeping = ("keeps nothing on the device from step to step" if not kept else
+                   f"keeps {format_bytes(kept / chosen)} per sample on the device for the whole evaluation set "
                    "(bound it with the evaluation's accumulation steps: eval_accumulation_steps in a Trainer's "
                    "arguments, train.evaluation.accumulation_steps in a spec)" if not steps else
                    f"up to {steps} steps of {format_bytes(kept)} kept on the device, counted")
