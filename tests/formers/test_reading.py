@@ -228,6 +228,19 @@ def test_validate_runs_no_paddle_and_says_the_sequence_length_is_read_at_probe_t
         load_spec(path)  # a probe's reading does run it
 
 
+def test_a_refused_file_is_refused_for_its_own_problems_without_a_data_pass(tmp_path, monkeypatch):
+    def no_child(*_):
+        raise AssertionError("the data pass ran")
+
+    monkeypatch.setattr("vramtune.dialects.paddleformers.reading.longest_sample", no_child)
+    path = tmp_path / "sft.yaml"
+    path.write_text(config_text())  # names training data that is there
+    with pytest.raises(SpecError) as refused:
+        load_spec(path, {"kit.options": ["max_seq_len=64x"]})
+    assert [str(problem) for problem in refused.value.problems] == [
+        f"{path}: max_seq_len: must be an integer, got a string ('64x')"]  # was also: every sample is longer than 4096
+
+
 def test_a_damaged_length_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch):
     import subprocess
 

@@ -177,7 +177,8 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
         if why:
             section.fail(key, why)
     datasets = _datasets(section)
-    data = _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN, read_data)
+    refused = bool(problems or mechanisms.problems)  # no data pass for a refused file: it would read its bad values
+    data = _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN, read_data and not refused)
     if data.get("seq_note") == DATA_AT_PROBE_TIME:
         warnings.append(DATA_AT_PROBE_TIME)
     raw: dict[str, Any] = {
