@@ -55,8 +55,8 @@ def file_lock(lock_path: Path, on_wait: Callable[[str], None], what: str) -> Ite
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
-            on_wait(f"another vramtune run (pid {holder}) is {what}; waiting for it to finish")
+            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip()  # empty while it writes it
+            on_wait(f"another vramtune run{f' (pid {holder})' if holder else ''} is {what}; waiting for it to finish")
             fcntl.flock(descriptor, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):  # the pid only informs a waiting run; failing to write it is harmless
             os.ftruncate(descriptor, 0)

@@ -44,6 +44,24 @@ def test_a_probe_waits_while_another_run_probes_the_same_device():
     assert process.returncode == 0 and json.loads(out)["chosen"]
 
 
+def test_a_holder_whose_pid_is_not_written_yet_is_named_without_one(tmp_path):
+    import fcntl
+
+    from vramtune.store import file_lock
+    path = tmp_path / "lock"
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)  # holds the lock, its pid not written yet
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    said = []
+
+    def on_wait(message):
+        said.append(message)
+        os.close(holder)  # the holder finishes: the waiter gets the lock
+
+    with file_lock(path, on_wait, "probing on cpu"):
+        assert path.read_text() == str(os.getpid())
+    assert said == ["another vramtune run is probing on cpu; waiting for it to finish"]  # was '(pid unknown)'
+
+
 def test_no_spinner_in_logs_even_under_force_color():
     done = subprocess.run([sys.executable, "-c", RUN_FAKE, "probe", CONFIGS / "mlp-python-cpu.yaml"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "FORCE_COLOR": "1"})
