@@ -9,7 +9,12 @@ the working tree), alternately, each with its own cache and device lock (other r
 they still share the CPU, hence the alternation).
 Cost = the command's wall time over the seconds of the measured training steps its probes report (each probe's
 `steps` phase). It also checks that both choose the same configuration and that every configuration both measured
-peaks at the same bytes."""
+peaks at the same bytes.
+The floor is what a run keeps whatever vramtune does between its probes: the time before the search (Python's start
+and Paddle's import in the warm worker, which vramtune's own start overlaps; the report and the exit, tens of
+milliseconds) and the first probe's time outside its phases (the worker's import of the model's framework, PaddleNLP
+or PaddleFormers), the warmups (a first micro-batch at each probe's shape: docs/runtime.md) and the measured steps,
+over the measured steps."""
 from __future__ import annotations
 
 import argparse
@@ -81,8 +86,13 @@ def summary(run: dict) -> dict:
     phases["the search between probes"] = run["report"]["seconds"] - probe_seconds
     phases["outside the search (start, Paddle's import in the warm worker, report, exit)"] = \
         run["wall"] - run["report"]["seconds"]
+    first = probes[0] if probes else {}
+    imports = (run["wall"] - run["report"]["seconds"]  # start, Paddle's import, the report and the exit
+               + (first.get("seconds") or 0.0) - sum((first.get("phases") or {}).values()))  # the framework's import
+    floor = imports + phases.get("warmup", 0.0) + steps
     return {"wall": run["wall"], "cpu": run["cpu"], "steps": steps,
             "ratio": run["wall"] / steps if steps else float("inf"), "probes": len(probes), "phases": phases,
+            "floor": floor / steps if steps else float("inf"),
             "chosen": label(chosen) if chosen else "-",
             "peaks": {label(p): p.get("peak_bytes") for p in probes if p.get("peak_bytes") is not None}}
 
@@ -124,6 +134,10 @@ def main() -> None:
               f"{median['probes']:.0f} | {median['wall']:.1f} | {median['cpu']:.1f} | {median['steps']:.1f} | "
               f"{median['ratio']:.2f}x "
               f"(runs: {ratios}) | {', '.join(sorted({r['chosen'] for r in runs}))} |")
+    for variant, runs in rows.items():
+        floors = ", ".join(format(r["floor"], ".2f") for r in runs)
+        print(f"\n{variant}: the floor (imports, warmups and measured steps) over the measured steps: "
+              f"{statistics.median(r['floor'] for r in runs):.2f}x (runs: {floors})")
     for variant, runs in rows.items():
         phases = {name: statistics.median(r["phases"].get(name, 0.0) for r in runs) for name in runs[0]["phases"]}
         print(f"\n{variant}: median seconds per phase, summed over a run's probes: "
