@@ -433,8 +433,9 @@ def test_apply_sets_aside_a_damaged_summary_and_unreadable_results_then_tunes_ag
 
 def test_plot_draws_the_saved_probes_as_a_png(fake_cli, tmp_path):
     cli, _ = fake_cli(small())
-    code, out, err = cli("plot", SPEC, "-o", tmp_path / "memory.png")
-    assert (code, out) == (2, "") and "no saved results for mlp-python-cpu: run `vramtune probe" in err
+    code, out, err = cli("plot", SPEC, "-o", tmp_path / "memory.png", "--budget", "30MiB")
+    assert (code, out, err) == (2, "", "error: no saved results for mlp-python-cpu within 30.0 MiB on fake cpu: run "
+                                       f"`vramtune probe {SPEC} --budget 30MiB` first\n")
     assert cli("probe", SPEC)[0] == 0
     code, _, err = cli("plot", SPEC, "-o", tmp_path / "memory.png")
     assert code == 0 and err.endswith(f"wrote {tmp_path / 'memory.png'}\n")

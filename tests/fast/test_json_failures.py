@@ -74,6 +74,9 @@ def test_apply_when_nothing_fits_exit_1(fake_cli):
     message = f"nothing fits mlp-python-cpu within the budget; see `vramtune probe {SPEC}`"
     assert (code, json.loads(out)) == (1, {"error": message, "exit_code": 1})
     assert err.endswith(f"error: {message}\n")
+    code, _, err = cli("apply", SPEC, "--budget", "50MiB", "--target-batch", "32")  # the probe to see is this one
+    assert (code, err.splitlines()[-1]) == (1, "error: nothing fits mlp-python-cpu within the budget; see `vramtune "
+                                               f"probe {SPEC} --budget 50MiB --target-batch 32`")
 
 
 @pytest.mark.parametrize("raised, exit_code, said", [

@@ -46,8 +46,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
             raise export.ExportError("-o - and --json both write to stdout: write the file with -o FILE (the JSON "
                                      "report names it), or leave out --json to get the file alone on stdout")
         name = common.plain(format_name) or export.default_format(spec_path)
-        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
-                                       common.config_options(kit_options, trailing), backend)
+        options = common.config_options(kit_options, trailing)
+        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, options, backend)
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:
@@ -62,7 +62,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 raise common.Failed("interrupted before anything was written: the finished probes are saved; run "
                                     "again to resume", common.EXIT_INTERRUPTED)
         if not result.chosen:
-            raise common.Failed(f"nothing fits {spec.name} within the budget; see `vramtune probe {spec_path}`",
+            raise common.Failed(f"nothing fits {spec.name} within the budget; see "
+                                f"`{common.probe_command(spec_path, budget, device, target_batch, options)}`",
                                 common.EXIT_NO_FIT)
         result, preferred = export.prefer(name, spec, result)  # a format's own choice among the fitting results
         faithful = expressible.faithful_format(export.default_format(spec_path))

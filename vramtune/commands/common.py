@@ -6,6 +6,7 @@ import enum
 import functools
 import inspect
 import os
+import shlex
 import tempfile
 import time
 import traceback
@@ -103,6 +104,15 @@ def config_options(kit_options: list[str] | None, trailing: list[str] | None) ->
             raise Failed(f"{item!r} after the file is a unit on its own: write a size without a space (e.g. --budget "
                          f"512{item.strip()}, not --budget 512 {item.strip()})", EXIT_BAD_INPUT)
     return [*(kit_options or []), *(trailing or [])]
+
+
+def probe_command(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
+                  options: list[str]) -> str:
+    """The `vramtune probe` command that tunes what a command was given (its budget, device, batch and a config's
+    overrides), for a message that sends the user there."""
+    flags = [*(["--budget", budget] if budget else []), *(["--device", device] if device else []),
+             *(["--target-batch", str(target_batch)] if target_batch else []), *options]
+    return shlex.join(["vramtune", "probe", str(spec_path), *flags])
 
 
 def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backend | None = None) -> Spec:

@@ -26,11 +26,15 @@ def register(app: typer.Typer, backend: Backend) -> None:
         output = output if output.suffix else output.with_suffix(".png")  # matplotlib adds it: say the file written
         if importlib.util.find_spec("matplotlib") is None:
             raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
-        spec = common.load(spec_path, common.overrides(budget, device, target_batch,
-                                                          common.config_options(kit_options, trailing)))
-        result = session.open_session(spec, backend, warn=render.warn).store.load_summary()
+        options = common.config_options(kit_options, trailing)
+        spec = common.load(spec_path, common.overrides(budget, device, target_batch, options))
+        spec_session = session.open_session(spec, backend, warn=render.warn)
+        result = spec_session.store.load_summary()
         if result is None:
-            raise export.ExportError(f"no saved results for {spec.name}: run `vramtune probe {spec_path}` first")
+            raise export.ExportError(f"no saved results for {spec.name} within "
+                                     f"{render.format_bytes(spec_session.budget.bytes)} on {spec_session.device.name}: "
+                                     f"run `{common.probe_command(spec_path, budget, device, target_batch, options)}` "
+                                     "first")
         try:
             chart.plot_png(result, output)
         except OSError as error:
