@@ -204,7 +204,8 @@ def test_measure_without_m_or_k_measures_the_files_own_strategy(fake_cli, former
     code, _, err = cli("measure", path, "--budget", "64MiB", "-r", "1")
     assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0\nfp32 m=2 k=2 r=1: fits\n")
     code, _, err = cli("measure", path, "--budget", "64MiB", "-k", "2")
-    assert (code, err) == (2, f"error: {path}: --micro-batch: is required\n")
+    assert (code, err) == (2, f"error: {path}: --micro-batch: is required with -k (give neither for the strategy "
+                              "the file states)\n")
     assert [(job.strategy["micro_batch"], job.strategy["accumulation"], job.strategy["recomputed_blocks"])
             for job in backend.jobs] == [(2, 2, 0), (2, 2, 1)]
 

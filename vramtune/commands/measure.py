@@ -27,8 +27,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
         options = common.config_options(kit_options, trailing)
         spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks}, backend)
         given = {name: common.plain(value) for name, value in flags.items()}
-        if given["micro_batch"] is None and (given["accumulation"] is not None or not checking.is_tool_file(spec)):
-            raise SpecError([Problem(str(spec_path), "--micro-batch", "is required")])
+        tool_file = checking.is_tool_file(spec)
+        if given["micro_batch"] is None and (given["accumulation"] is not None or not tool_file):
+            neither = " with -k (give neither for the strategy the file states)" if tool_file else ""
+            raise SpecError([Problem(str(spec_path), "--micro-batch", f"is required{neither}")])
         spec_session = session.open_session(spec, backend, warn=render.warn)
         if given["micro_batch"] is None:  # a tool's own file: the strategy it states, the flags given set over it
             own = stated.stated_strategy(spec, spec_session.device.kind)
