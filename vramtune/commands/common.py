@@ -33,7 +33,8 @@ def _complete_device(ctx: click.Context, param: click.Parameter, incomplete: str
 SpecArg = typer.Argument(..., metavar="SPEC", help="your training file: a PaddleFormers config, a kit config, a "
                          "PaddleNLP arguments file (JSON) or a vramtune spec", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="machine-readable result on stdout (human output on stderr)")
-BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 15.5GiB (overrides the spec)")
+BudgetOpt = typer.Option(None, "--budget", help="memory budget, e.g. 512MiB or 15.5GiB (MB, GB: powers of 10) "
+                         "(overrides the spec)")
 DeviceOpt = typer.Option(None, "--device", metavar="[auto|cpu|gpu|gpu:N]", shell_complete=_complete_device,
                          help="device (overrides the spec)")
 TargetOpt = typer.Option(None, "--target-batch", help="effective batch size (overrides the spec)")
