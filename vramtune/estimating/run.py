@@ -15,7 +15,7 @@ import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, row
@@ -48,7 +48,6 @@ ROUND_VOCAB = 64  # a recompute probe's raised vocabulary: a multiple of this
 REBUILT_LAYERS = 2  # a recomputed step's rebuilt moment, guessed in layers' activations (checked by each probe)
 VOCAB_DIVISOR = 16  # the probes' vocabulary: the model's over this (Llama-2's 32000 -> 2000, Llama-3's 128256 -> 8016)
 Say = Callable[[str], None]
-KEY_FIELDS = ("depth", "micro_batch", "recomputed", "granularity", "devices", "vocab")  # a probe's key, in order
 
 
 @dataclass
@@ -161,6 +160,18 @@ def _activations(result: ProbeResult) -> float:
     return float(_measured(result).peak_bytes - result.state_bytes)
 
 
+class _Key(NamedTuple):
+    """A probe the estimate asks for, at the whole sequence or the shorter ones that stand in for it (its fields are
+    the probe log's and the sequence fits' `probe`)."""
+
+    depth: int | None  # None: the model's layers
+    micro_batch: int
+    recomputed: int  # blocks
+    granularity: str
+    devices: int
+    vocab: int | None  # None: the model's
+
+
 class _Prober:
     """The CPU probes of one estimate: the spec shrunk to a depth (and width, and vocabulary), SIDE_BY_SIDE at once
     (each backend with a fork server of its own: one server forks one probe at a time); probes may be asked ahead
@@ -175,12 +186,12 @@ class _Prober:
         self.spec, self.cpu, self.scale, self.shape, self.vocab, self.say = spec, cpu, scale, shape, vocab, say
         self.seq_len = getattr(spec.model, "seq_len", 0) or 0
         self.sequences = probe_sequences(self.seq_len)
-        self.whole: list[tuple] = []  # the probes at the whole sequence: where the shorter ones' fit was not exact
+        self.whole: list[_Key] = []  # the probes at the whole sequence: where the shorter ones' fit was not exact
         self.fits: list[dict[str, Any]] = []  # each extrapolated probe's c + a s + b s^2
-        self.asked: dict[tuple, Future] = {}
+        self.asked: dict[tuple[_Key, int | None], Future] = {}  # each probe at a sequence (None: the whole)
         self.log: list[dict[str, Any]] = []
         self.start = time.monotonic()
-        self.results: dict[tuple, ProbeResult] = {}
+        self.results: dict[_Key, ProbeResult] = {}
         self.servers = [server for b in backends[1:] if isinstance(server := getattr(b, "fork_server", None),
                                                                        ForkServer)]
         self.backends: queue.Queue = queue.Queue()
@@ -199,32 +210,33 @@ class _Prober:
             server.close()
 
     def ask(self, depth: int | None, micro: int, blocks: int = 0, granularity: str = "full", devices: int = 1,
-            vocab: int | None = None) -> tuple:
+            vocab: int | None = None) -> _Key:
         """Start a probe (once: at the shorter sequences, or the whole one); returns its key."""
-        key = (depth, micro, blocks, granularity, devices, vocab or self.vocab)
+        key = _Key(depth, micro, blocks, granularity, devices, vocab or self.vocab)
         for seq in self._shorter(key) or (None,):
             self._ask_at(key, seq)
         return key
 
-    def _shorter(self, key: tuple, rung: int = 0) -> tuple[int, ...] | None:
+    def _shorter(self, key: _Key, rung: int = 0) -> tuple[int, ...] | None:
         """The shorter sequences probe `key` runs at, at a rung (None: the whole one). With layers recomputed, only
         at a reduced vocabulary: on Paddle 2.6, whose peak counts from the process's start, the build's temporaries of
         its embedding and head (Llama-2-7B's at 26,960 entries: 113.7 MiB) set their peak up to a quarter of the
         sequence."""
-        at_model_vocab = key[2] and (not self.vocab or key[5] != self.vocab)  # raised, or never reduced
+        at_model_vocab = key.recomputed and (not self.vocab or key.vocab != self.vocab)  # raised, or never reduced
         return None if at_model_vocab or not self.sequences else probe_sequences(self.seq_len, rung)
 
-    def _ask_at(self, key: tuple, seq: int | None) -> None:
-        if (*key, seq) in self.asked:
+    def _ask_at(self, key: _Key, seq: int | None) -> None:
+        if (key, seq) in self.asked:
             return
         depth, micro, blocks, granularity, devices, vocab = key
         spec = _probe_spec(self.spec, depth, self.scale, self.shape, vocab, seq)
         strategy = Strategy(micro_batch=micro, recomputed_blocks=blocks, recompute_granularity=granularity,
                             devices=devices)
         # the data's shapes are checked once: the depth, width and vocabulary change no shape the data meets
-        self.asked[(*key, seq)] = self.pool.submit(self._measure, spec, strategy, not self.asked, (*key, seq))
+        self.asked[(key, seq)] = self.pool.submit(self._measure, spec, strategy, not self.asked, key, seq)
 
-    def _measure(self, spec: Spec, strategy: Strategy, check_sample: bool, key: tuple) -> ProbeResult:
+    def _measure(self, spec: Spec, strategy: Strategy, check_sample: bool, key: _Key, seq: int | None
+                 ) -> ProbeResult:
         budget = Budget(PROBE_BUDGET, 0.0)
         reason = unsupported(strategy, self.cpu)
         if reason:
@@ -239,26 +251,26 @@ class _Prober:
             result = backend.measure(job, max(spec.probe.timeout, PROBE_TIMEOUT), budget).judged(budget)
         finally:
             self.backends.put(backend)
-        self.log.append({"probe": dict(zip((*KEY_FIELDS, "seq"), key)),
+        self.log.append({"probe": {**key._asdict(), "seq": seq},
                          "started": round(started, 2), "ended": round(time.monotonic() - self.start, 2),
                          "phases": result.phases, "activations": result.peak_bytes and result.state_bytes
                          and result.peak_bytes - result.state_bytes})
         return result
 
-    def until_rebuild(self, key: tuple) -> bool:
+    def until_rebuild(self, key: _Key) -> bool:
         """Whether the probe `key` may end where backward first rebuilds a layer: one with its layers recomputed at
         a raised vocabulary below the model's, whose peak is the logits' before that moment wherever it counts
         (_recomputed_at: above the plain probe's bound, which no moment of a rebuilt layer passes)."""
-        vocab = key[5] or 0
-        return bool(key[2]) and self.vocab is not None and self.vocab < vocab < (self.shape.get("vocab_size") or 0)
+        raised = self.vocab is not None and self.vocab < (key.vocab or 0) < (self.shape.get("vocab_size") or 0)
+        return bool(key.recomputed) and raised
 
-    def _result(self, key: tuple) -> ProbeResult:
-        result = self.asked[key].result()
+    def _result(self, key: _Key, seq: int | None) -> ProbeResult:
+        result = self.asked[(key, seq)].result()
         if result.error_kind == "build":
             raise BuildFailure(result.error)
         return result
 
-    def _collected(self, key: tuple) -> tuple[ProbeResult, str]:
+    def _collected(self, key: _Key) -> tuple[ProbeResult, str]:
         """The probe `key` at the whole sequence, and how it was found: extrapolated from the shorter sequences where
         their fit is exact, else probed."""
         rung = 0
@@ -270,21 +282,21 @@ class _Prober:
         if rung:
             self.whole.append(key)
         self._ask_at(key, None)
-        return self._result((*key, None)), ""
+        return self._result(key, None), ""
 
-    def _rung(self, key: tuple, rung: int) -> tuple[ProbeResult, str] | None:
+    def _rung(self, key: _Key, rung: int) -> tuple[ProbeResult, str] | None:
         """The probe `key` extrapolated from a rung's shorter sequences (a result of the longest of them with the
         extrapolated peak), and how; None where their fit misses."""
         sequences = self._shorter(key, rung) or ()
         for seq in sequences:
             self._ask_at(key, seq)
-        shorter = {seq: self._result((*key, seq)) for seq in sequences}
+        shorter = {seq: self._result(key, seq) for seq in sequences}
         found = extrapolated({seq: _activations(result) for seq, result in shorter.items()}, self.seq_len)
         if not found:
             return None
         activations, (c, a, b) = found
         longest = shorter[max(sequences)]
-        self.fits.append({"probe": dict(zip(KEY_FIELDS, key)), "sequences": sorted(sequences), "constant": float(c),
+        self.fits.append({"probe": key._asdict(), "sequences": sorted(sequences), "constant": float(c),
                           "linear": float(a), "square": float(b)})
         return replace(longest, peak_bytes=longest.state_bytes + round(activations),
                        seconds=sum(result.seconds for result in shorter.values())), \
@@ -301,19 +313,19 @@ class _Prober:
         model's sequence, and how it was found: a line through their difference at the first rung's two shortest
         sequences, checked at its third (what a recomputed layer keeps is its input, which grows with the tokens,
         and its rotary cache, which does not); None where it misses."""
-        keys = [(depth, micro, depth, granularity, 1, self.vocab) for depth in (deeper, shallower)]
+        keys = [_Key(depth, micro, depth, granularity, 1, self.vocab) for depth in (deeper, shallower)]
         sequences = sorted((self._shorter(keys[0]) or ())[1:])
         for key in keys:
             for seq in sequences:
                 self._ask_at(key, seq)
         if not sequences:
             return None
-        found = line_extrapolated({seq: _activations(self._result((*keys[0], seq)))
-                                   - _activations(self._result((*keys[1], seq))) for seq in sequences}, self.seq_len)
+        found = line_extrapolated({seq: _activations(self._result(keys[0], seq))
+                                   - _activations(self._result(keys[1], seq)) for seq in sequences}, self.seq_len)
         if not found:
             return None
         kept, (c, a) = found
-        self.fits.append({"probe": dict(zip(KEY_FIELDS, keys[0])), "less_depth": shallower, "sequences": sequences,
+        self.fits.append({"probe": keys[0]._asdict(), "less_depth": shallower, "sequences": sequences,
                           "constant": float(c), "linear": float(a), "square": 0.0})
         return kept, f"seq {', '.join(map(str, sequences))} extrapolated to {self.seq_len}"
 
@@ -327,7 +339,7 @@ class _Prober:
         self.said(key, _activations(result), f"{how}{result.seconds:.1f}s")
         return result
 
-    def said(self, key: tuple, activations: float, how: str) -> None:
+    def said(self, key: _Key, activations: float, how: str) -> None:
         depth, micro, blocks, _, devices, vocab = key
         self.say(f"  probe depth {depth or 'full'} m={micro}" + (f" recompute {blocks}" if blocks else "")
                  + (f" on {devices} ranks" if devices > 1 else "") + (f" vocabulary {vocab:,}" if vocab else "")
@@ -412,7 +424,8 @@ def _sequence_notes(prober: _Prober) -> list[str]:
             + f"; extrapolated to {prober.seq_len}")
     if prober.whole:
         note += "; not exact, so probed at the whole sequence: " + ", ".join(
-            f"depth {d or 'full'} m={m}" + (f" vocabulary {v:,}" if v else "") for d, m, *_, v in prober.whole)
+            f"depth {k.depth or 'full'} m={k.micro_batch}" + (f" vocabulary {k.vocab:,}" if k.vocab else "")
+            for k in prober.whole)
     return [note]
 
 
@@ -466,12 +479,13 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
             for key, bound in asked:
                 added, how = kept.get(key) or (None, "")
                 if shallower and added is not None and shallower[2] + added > bound:
-                    prober.said(key, shallower[2] + added, f"depth {shallower[0]}'s, and what {key[2] - shallower[0]} "
-                                f"more layers keep at vocabulary {prober.vocab:,}, {how}")
-                    shallower = (key[2], shallower[1] + added, shallower[2] + added)
+                    more = key.recomputed - shallower[0]
+                    prober.said(key, shallower[2] + added, f"depth {shallower[0]}'s, and what {more} more layers keep "
+                                f"at vocabulary {prober.vocab:,}, {how}")
+                    shallower = (key.recomputed, shallower[1] + added, shallower[2] + added)
                 else:
-                    shallower = (key[2], *_recomputed_at(prober, key, per_entry, vocab, bound))
-                recomputed.append((key[2], micro, shallower[1]))
+                    shallower = (key.recomputed, *_recomputed_at(prober, key, per_entry, vocab, bound))
+                recomputed.append((key.recomputed, micro, shallower[1]))
         else:
             recomputed = [_recomputed_point(prober, depth, micro, floor, measured[small])
                           for depth in recompute_depths]
@@ -514,7 +528,7 @@ def _recomputed_point(prober: _Prober, depth: int | None, micro: int, floor: flo
 
 def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_depths: tuple[int | None, ...],
                     micro: int, per_entry: float, counts: Counts
-                    ) -> tuple[list[tuple[tuple, float]], dict[tuple, tuple[float, str] | None]]:
+                    ) -> tuple[list[tuple[_Key, float]], dict[_Key, tuple[float, str] | None]]:
     """At a reduced vocabulary, ask the recompute probes at `micro` where the logits, not a layer rebuilt in backward
     (which no vocabulary changes), set their peak: each the probe's key and the plain probe's peak at the reduced
     vocabulary, which no moment of the recomputed step exceeds (it holds less of each layer), and which the probe's
@@ -540,12 +554,12 @@ def _ask_recomputed(prober: _Prober, depths: tuple[int | None, ...], recompute_d
         bound = _activations(at_first) + per_layer * ((depth or 0) - (first or 0))
         layers = per_layer * min(depth or 0, REBUILT_LAYERS) if per_layer else bound
         high = min(vocab, low + ROUND_VOCAB * math.ceil(1.25 * max(0.0, layers) / (micro * per_entry * ROUND_VOCAB)))
-        asked.append(((depth, micro, depth or total, granularity, 1, high), bound))
-    prober.ask(*asked[0][0][:5], vocab=asked[0][0][5])
+        asked.append((_Key(depth, micro, depth or total, granularity, 1, high), bound))
+    prober.ask(*asked[0][0])
     return asked, _kept_or_asked(prober, asked)
 
 
-def _kept_or_asked(prober: _Prober, asked: list[tuple[tuple, float]]) -> dict[tuple, tuple[float, str] | None]:
+def _kept_or_asked(prober: _Prober, asked: list[tuple[_Key, float]]) -> dict[_Key, tuple[float, str] | None]:
     """What the layers of each deeper recompute probe (`asked` after the shallowest) keep beyond it, measured at the
     probes' vocabulary and shorter sequences (_Prober.layers_kept), so that it does not run at the raised vocabulary
     and the whole sequence; one without is asked at once at the raised vocabulary, beside the shallowest. The layers
@@ -555,25 +569,24 @@ def _kept_or_asked(prober: _Prober, asked: list[tuple[tuple, float]]) -> dict[tu
     Llama-3-8B's shape: the two depths' moments may differ). The sum must also pass the plain probe's bound, as a
     probed one must (_recomputed_at)."""
     kept = {}
-    shallowest = asked[0][0][0]
+    shallowest = asked[0][0].depth
     for key, _ in asked[1:]:
-        derived = prober.derives(key[0], shallowest)
-        kept[key] = prober.layers_kept(key[0], shallowest, key[1], key[3]) if derived else None
+        derived = prober.derives(key.depth, shallowest)
+        kept[key] = prober.layers_kept(key.depth, shallowest, key.micro_batch, key.granularity) if derived else None
         if kept[key] is None:
-            prober.ask(*key[:5], vocab=key[5])
+            prober.ask(*key)
     return kept
 
 
-def _recomputed_at(prober: _Prober, key: tuple, per_entry: float, vocab: int, bound: float) -> tuple[float, float]:
+def _recomputed_at(prober: _Prober, key: _Key, per_entry: float, vocab: int, bound: float) -> tuple[float, float]:
     """Recomputed activations at the model's vocabulary, from the probe `key` (_ask_recomputed) scaled back, and as
     probed: where its peak is above `bound` (so the logits, not a rebuilt layer, set it), or at the whole
     vocabulary; its vocabulary doubled otherwise."""
-    *probe, high = key
-    micro = key[1]
+    high = key.vocab
     while True:
-        above = _activations(prober.probe(*probe, vocab=high))
+        above = _activations(prober.probe(*key._replace(vocab=high)))
         if above > bound or high == vocab:
-            return above + micro * per_entry * (vocab - high), above
+            return above + key.micro_batch * per_entry * (vocab - high), above
         high = min(2 * high, vocab)
 
 
