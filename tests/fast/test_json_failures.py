@@ -28,6 +28,9 @@ BAD_INPUT = [
     (["validate", "x=1"], "no spec file among x=1 (an argument with = that names no file is an override): vramtune "
                           "validate SPEC... [KEY=VALUE]..."),
     (["probe", "missing.yaml"], "missing.yaml: no such file"),
+    (["check", SPEC], f"{SPEC}: tuned: is missing: `vramtune apply SPEC.yaml` writes it into SPEC.tuned.yaml (a "
+                      "vramtune spec): give that file; a PaddleFormers, PaddleNLP or kit file has no tuned: section and "
+                      "is checked as it is: `vramtune check FILE --budget B` (exit 1 when it no longer fits)"),
     (["probe", SPEC, "--budget", "4", "MiB"], "'MiB' after the file is a unit on its own: write a size without a "
                                               "space (e.g. --budget 512MiB, not --budget 512 MiB)"),
     (["estimate", SPEC, "--card", "24", "GB"], "'GB' after the file is a unit on its own: write a size without a "

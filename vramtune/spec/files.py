@@ -90,9 +90,9 @@ def _per_rank_batch(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     return {**overrides, "train.target_batch": raw["train"]["target_batch"] * devices}
 
 
-MISSING_TUNED = ("is missing: write it with `vramtune apply SPEC.yaml` (a vramtune spec); a PaddleFormers, PaddleNLP "
-                 "or kit file has no tuned: section and is checked as it is: `vramtune check FILE --budget B` (exit 1 "
-                 "when it no longer fits)")
+MISSING_TUNED = ("is missing: `vramtune apply SPEC.yaml` writes it into SPEC.tuned.yaml (a vramtune spec): give that "
+                 "file; a PaddleFormers, PaddleNLP or kit file has no tuned: section and is checked as it is: "
+                 "`vramtune check FILE --budget B` (exit 1 when it no longer fits)")
 
 
 def require_tuned(spec: Spec) -> Tuned:
