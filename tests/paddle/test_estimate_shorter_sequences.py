@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SPECS, needs_paddlenlp
@@ -17,17 +19,22 @@ SEQ = 1024
 TOLERANCE = 1e-4  # sequence.CHECK_TOLERANCE: the fit is exact to the byte on Llama's shapes, this is the check's
 
 
+def tiny_llama(folder: Path, config: dict[str, Any], arguments: dict[str, Any]) -> Path:
+    """The tiny Llama at sequence SEQ in `folder` with `config` over its config.json, and its arguments file (4
+    samples a step on CPU, and `arguments`)."""
+    shutil.copytree(SPECS / "tiny-llama", folder / "tiny-llama")
+    model = folder / "tiny-llama" / "config.json"
+    model.write_text(json.dumps({**json.loads(model.read_text()), "max_position_embeddings": SEQ, **config}))
+    path = folder / "args.json"
+    path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "per_device_train_batch_size": 4,
+                                "max_length": SEQ, "device": "cpu", **arguments}))
+    return path
+
+
 @pytest.fixture
 def long_sequence(tmp_path, monkeypatch):
-    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
-    config = tmp_path / "tiny-llama" / "config.json"
-    config.write_text(json.dumps({**json.loads(config.read_text()), "max_position_embeddings": SEQ,
-                                  "vocab_size": 8000}))
     monkeypatch.chdir(tmp_path)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "per_device_train_batch_size": 4,
-                                "max_length": SEQ, "device": "cpu"}))
-    return path
+    return tiny_llama(tmp_path, {"vocab_size": 8000}, {})
 
 
 def estimated(cli, path) -> dict:
@@ -61,21 +68,13 @@ def test_probes_at_shorter_sequences_extrapolate_to_the_probe_at_the_whole_seque
     assert shorter["best"] == whole["best"]
 
 
-
 @pytest.fixture
 def wide_lora(tmp_path, monkeypatch):
     """A Llama shaped like the large ones' probes (LoRA; 32,768 entries: logits large enough for a reduced
     vocabulary), small enough for a test: a tiny Llama's own shape sets its peaks with transients instead."""
-    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
-    config = tmp_path / "tiny-llama" / "config.json"
-    config.write_text(json.dumps({**json.loads(config.read_text()), "max_position_embeddings": SEQ,
-                                  "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
-                                  "vocab_size": 32768}))
     monkeypatch.chdir(tmp_path)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "per_device_train_batch_size": 4,
-                                "max_length": SEQ, "device": "cpu", "lora": True, "lora_rank": 8}))
-    return path
+    return tiny_llama(tmp_path, {"hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
+                                 "vocab_size": 32768}, {"lora": True, "lora_rank": 8})
 
 
 def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_the_probes_vocabulary(
