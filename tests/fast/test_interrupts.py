@@ -110,20 +110,18 @@ def test_a_probe_saved_as_the_signal_arrives_is_in_the_partial_report(installed,
 
 def test_a_probe_that_answered_holds_the_signal_until_the_block_ends(installed):
     order = []
-    with pytest.raises(interrupts.Interrupted):
-        with interrupts.until_saved():
-            interrupts.answered()  # the probe is over: its result waits for its save
-            os.kill(os.getpid(), signal.SIGTERM)
-            order.append("saved")
+    with pytest.raises(interrupts.Interrupted), interrupts.until_saved():
+        interrupts.answered()  # the probe is over: its result waits for its save
+        os.kill(os.getpid(), signal.SIGTERM)
+        order.append("saved")
     assert order == ["saved"] and interrupts.received == [signal.SIGTERM]
 
 
 def test_before_its_probe_answered_the_signal_interrupts_at_once(installed):
     order = []
-    with pytest.raises(interrupts.Interrupted):
-        with interrupts.until_saved():
-            os.kill(os.getpid(), signal.SIGINT)  # the probe is still running: it is ended, nothing to save
-            order.append("saved")
+    with pytest.raises(interrupts.Interrupted), interrupts.until_saved():
+        os.kill(os.getpid(), signal.SIGINT)  # the probe is still running: it is ended, nothing to save
+        order.append("saved")
     assert order == []
 
 
