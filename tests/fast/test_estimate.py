@@ -161,3 +161,23 @@ def test_a_model_without_repeated_blocks_says_recompute_was_not_estimated(fake_c
     report = json.loads(out)
     assert len(backend.jobs) == 2 and {r["recomputed_blocks"] for r in report["rows"]} == {0}
     assert report["notes"][-1] == "recompute not estimated: the model has no repeated blocks vramtune recomputes"
+
+
+def test_calibrating_takes_a_kits_ema_out_of_both_sides():
+    """A GPU probe of a PaddleOCR config with Global.use_ema holds the EMA's fp32 shadows and the kept copies of the
+    weights at its own precision (held.py), the CPU fit holds them in fp32: the AMP factor is the activations' alone."""
+    from vramtune.estimating import held
+    from vramtune.estimating.model import ActivationFit
+    from vramtune.estimating.run import calibrated
+    from vramtune.records import ProbeResult
+
+    counts = Counts(params=1_000_000, trainable=1_000_000, layers=4, ema_elements=1_000_000, state_copies=2)
+    fit = ActivationFit(a0=held.probed(counts), b0=8_000_000, b1=0)  # the CPU probes: 8 MB a sample, plus the EMA
+    strategy = Strategy(precision="bf16-o2", micro_batch=2)
+    parts = state(counts, strategy, Given())
+    kept = held.held(counts, parts["weights"])
+    assert kept == 4_000_000 + 2 * parts["weights"] < held.probed(counts)  # the copies in half precision
+    probe = ProbeResult("fits", strategy, peak_bytes=sum(parts.values()) + kept + int(0.45 * 16_000_000),
+                        weight_bytes=parts["weights"], gradient_bytes=parts["gradients"],
+                        optimizer_bytes=parts["optimizer_state"])
+    assert calibrated([probe], counts, fit).o2_activations == pytest.approx(0.45)

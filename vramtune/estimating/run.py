@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NamedTuple
 
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, row
+from vramtune.estimating import held
+from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, row, state
 from vramtune.estimating.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
 from vramtune.forking import ForkServer
 from vramtune.mechanisms import MECHANISMS, micro_batch_floor
@@ -643,18 +644,20 @@ def gpu_probes(report: Report) -> list[ProbeResult]:
 
 def calibrated(gpu: list[ProbeResult], counts: Counts, fit: ActivationFit) -> Factors:
     """Factors from a GPU run's probes: each AMP level's activations over this fit's fp32 activations at the same
-    micro-batch (single-rank probes without recompute, where activations rather than a transient set the peak), and
-    the allocator's reserve over the allocated peak (every probe); medians."""
+    micro-batch (single-rank probes without recompute, where activations rather than a transient set the peak; what a
+    kit's loop holds beside the state, held.py, out of both), and the allocator's reserve over the allocated peak
+    (every probe); medians."""
     ratios: dict[str, list[float]] = {"O0": [], "O1": [], "O2": []}
     reserve = []
     for probe in gpu:
         s = probe.strategy
         if probe.reserved_bytes:
             reserve.append(probe.reserved_bytes / probe.peak_bytes - 1)
-        fp32 = fit.activations(counts.layers, s.micro_batch, 0)
+        fp32 = fit.activations(counts.layers, s.micro_batch, 0) - held.probed(counts)
         if s.recomputed_blocks or s.devices > 1 or fp32 <= fit.floor or probe.state_bytes is None:
             continue
-        measured = probe.peak_bytes - probe.state_bytes - own_parts(counts, s)
+        kept = held.held(counts, state(counts, s, Given())["weights"])  # a kit's EMA, at the probe's precision
+        measured = probe.peak_bytes - probe.state_bytes - own_parts(counts, s) - kept
         ratios[level_of(s.precision)].append(measured / fp32)
     stated = Factors()
     return Factors(o1_activations=statistics.median(ratios["O1"]) if ratios["O1"] else stated.o1_activations,
