@@ -108,3 +108,11 @@ def test_usage_names_the_file_spec_and_a_configs_overrides_after_it(fake_cli, co
     code, out, _ = cli(command, "--help")
     usage = next(line.strip() for line in out.splitlines() if "Usage:" in line)
     assert (code, usage) == (0, f"Usage: root {command} [OPTIONS] {{SPEC}} [KEY=VALUE]...")
+
+
+def test_apply_refuses_an_output_file_that_is_a_kits_override_before_any_probe(fake_cli):
+    cli, backend = fake_cli(small())
+    code, out, err = cli("apply", SPEC, "-o", "Global.epochs=1")
+    assert (code, out, err, backend.jobs) == (2, "", "error: -o Global.epochs=1: -o names the file apply writes; a "
+                                                     "config's own override (a kit's -o) is -O Global.epochs=1, or "
+                                                     "Global.epochs=1 after the file\n", [])

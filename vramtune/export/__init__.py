@@ -56,6 +56,9 @@ def check_output(format_name: str, spec_path: Path, spec: Any, output: Path | No
     finds what it names from its folder (a factory module: else `check` and `probe` on the tuned file fail)."""
     if output is None:
         return
+    if "=" in output.name and output.suffix not in (".yaml", ".yml", ".json"):  # a kit's `-o Key=value`, typed here
+        raise ExportError(f"-o {output}: -o names the file apply writes; a config's own override (a kit's -o) is "
+                          f"-O {output}, or {output} after the file")
     folder = output.resolve().parent
     if not folder.is_dir():
         raise ExportError(f"cannot write {output}: " + (f"{output.parent} is not a folder" if folder.exists() else
