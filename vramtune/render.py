@@ -174,7 +174,8 @@ def render_tuning(report: Report) -> None:
                 f"{format_bytes(used - limit)} over ({format_share(used, limit)} of the limit)")
         for tip in report.suggestions:
             say(f"  would fit with: {tip}")
-    say(f"{len(report.probes)} probes in {report.seconds:.1f}s on {report.device_name}")
+    count = len(report.probes)
+    say(f"{count} probe{'' if count == 1 else 's'} in {report.seconds:.1f}s on {report.device_name}")
 
 
 def render_measure(result: ProbeResult, verbose: bool = False) -> None:

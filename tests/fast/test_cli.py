@@ -116,6 +116,14 @@ def interrupt_after(device, probes: int):
     return original
 
 
+def test_one_probe_is_said_in_the_singular(fake_cli):
+    device = small()
+    cli, _ = fake_cli(device)
+    interrupt_after(device, 1)
+    code, _, err = cli("probe", SPEC)
+    assert code == 130 and err.splitlines()[-1].startswith("1 probe in "), err  # was '1 probes in'
+
+
 def test_interrupt_exits_130_with_the_partial_report_and_saved_probes(fake_cli):
     device = small()
     cli, _ = fake_cli(device)

@@ -80,7 +80,7 @@ def test_a_signal_keeps_the_finished_probes_and_a_rerun_reuses_them(write_spec, 
     assert report["interrupted"] and len(report["probes"]) == 1
     summary = err.splitlines()[-2:]
     assert summary[0] == "interrupted after 1 probe(s): finished probes are saved; run again to resume"
-    assert re.fullmatch(rf"1 probes in \d+\.\ds on {re.escape(report['device']['name'])}", summary[1])
+    assert re.fullmatch(rf"1 probe in \d+\.\ds on {re.escape(report['device']['name'])}", summary[1])
     assert wait_until(lambda: all(map(process_gone, (worker, grandchild, server))), 30)  # nothing of it left
     first = saved_lines(private_cache)
     assert [p["micro_batch"] for p in first] == [64] and first[0]["status"] == "over_budget"
@@ -122,7 +122,7 @@ def test_a_signal_once_a_probes_result_is_in_saves_the_probe_first(write_spec, p
     assert len(rows) == 1 and rows[0].startswith("│ 1 │") and "│ fp32 m=64 k=1 r=0 │ over_budget │" in rows[0], err
     summary = err.splitlines()[-2:]
     assert summary[0] == "interrupted after 1 probe(s): finished probes are saved; run again to resume"
-    assert re.fullmatch(rf"1 probes in \d+\.\ds on {re.escape(report['device']['name'])}", summary[1])
+    assert re.fullmatch(rf"1 probe in \d+\.\ds on {re.escape(report['device']['name'])}", summary[1])
     first = saved_lines(private_cache)
     assert [(p["micro_batch"], p["status"]) for p in first] == [(64, "over_budget")]
     rerun_reuses(path, private_cache, first)
