@@ -58,6 +58,7 @@ def test_the_estimate_of_an_ema_config_counts_the_ema_and_predicts_what_a_probe_
                                   cwd=tmp_path)
     assert (with_ema["counts"]["params"], with_ema["counts"]["ema_elements"]) == (PARAMS, STATE_ELEMENTS)
     assert with_ema["counts"]["state_copies"] == 3 and plain["counts"]["ema_elements"] == 0
+    assert with_ema["probes"] == plain["probes"] == 2  # the EMA's constant bytes are no transient to probe past
 
     def at(report: dict, precision: str) -> dict:
         return next(r for r in report["rows"] if (r["precision"], r["micro_batch"]) == (precision, 4))

@@ -457,7 +457,8 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
         _ask_recomputed_ahead(prober, depths, recompute_depths, counts)
     prober.ask(first, 2)
     measured = {m: prober.probe(first, m) for m in sizes}
-    while (_activations(measured[sizes[-1]]) < GROWTH * _activations(measured[sizes[-2]])
+    beside = held.probed(counts)  # a kit's EMA, in every probe's activations: it does not grow with the micro-batch
+    while (_activations(measured[sizes[-1]]) - beside < GROWTH * (_activations(measured[sizes[-2]]) - beside)
            and sizes[-1] < MAX_MICRO_BATCH):
         sizes.append(2 * sizes[-1])
         measured[sizes[-1]] = prober.probe(first, sizes[-1])
