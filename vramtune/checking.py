@@ -4,13 +4,14 @@ fail under --strict. A tool's own file (PaddleFormers, PaddleNLP, a kit: no `tun
 strategy it states, against the budget given or recorded in it."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 from vramtune import export
 from vramtune.export import yaml_spec
 from vramtune.mechanisms import MECHANISMS
-from vramtune.recorded_budget import recorded_budget
+from vramtune.recorded_budget import recorded_budget, recorded_options
 from vramtune.records import Budget, ProbeResult
 from vramtune.report import Tuned
 from vramtune.runner import Backend, DeviceError
@@ -85,10 +86,12 @@ def is_tool_file(spec: Spec) -> bool:
 
 
 def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = None,
-               devices: int | None = None) -> dict[str, Any]:
+               devices: int | None = None, options: list[str] | None = None) -> dict[str, Any]:
     """A tool's own file: its stated strategy measured here against --budget (spec.budget) or the budget the file
-    records; pass when the peak fits."""
-    budget_bytes = spec.budget or recorded_budget(Path(spec.path).read_text(encoding="utf-8"))
+    records; pass when the peak fits. `options`: the config's own overrides given; those the file records as tuned
+    with and not given are said."""
+    text = Path(spec.path).read_text(encoding="utf-8")
+    budget_bytes = spec.budget or recorded_budget(text)
     if budget_bytes is None:
         raise SpecError([Problem(spec.path, "--budget", "is required: the file records no budget (give the one "
                                                         "it must fit, e.g. --budget 24GiB)")])
@@ -96,6 +99,10 @@ def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = 
     strategy = stated_strategy(spec, info.kind)
     notes = [f"the file's strategy: {strategy.label()} ({'--budget' if spec.budget else 'the budget it records'} "
              f"{format_bytes(budget_bytes)})"]
+    missing = [option for option in recorded_options(text) if option not in (options or [])]
+    if missing:
+        notes.append(f"tuned with {' '.join(f'-O {shlex.quote(option)}' for option in missing)} (its first line), not "
+                     "given here: measured without them")
     if devices is not None and devices != strategy.devices:
         strategy, more = _on_ranks(strategy, devices)
         notes += more

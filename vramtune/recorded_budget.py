@@ -34,3 +34,11 @@ def recorded_budget(text: str) -> int | None:
     """The budget in bytes the file records, or None."""
     match = _LINE.search(text)
     return int(match.group(1)) if match else None
+
+
+def recorded_options(text: str) -> list[str]:
+    """The config's own overrides the line says check must be given again (budget_line's -O options), or []."""
+    match = _LINE.search(text)
+    given = match.group(0).partition("`vramtune check FILE")[2].partition("`")[0] if match else ""
+    words = shlex.split(given)
+    return [option for flag, option in zip(words, words[1:]) if flag == "-O"]

@@ -127,6 +127,19 @@ def test_a_paddlenlp_arguments_file_is_read_by_its_keys(fake_cli, tmp_path, monk
                                          "the one it must fit, e.g. --budget 24GiB)\n")  # JSON has no comments
 
 
+def test_the_overrides_the_file_was_tuned_with_and_not_given_are_said(fake_cli, formers_file):
+    cli, _ = fake_cli(FakeDevice())
+    path = formers_file()
+    path.write_text(with_budget_line(path.read_text(), 64 * MiB, ["max_steps=2", "logging_dir=my logs"]))
+    code, _, err = cli("check", path)
+    assert code == 0 and err.splitlines()[:2] == [
+        "note: the file's strategy: fp32 m=2 k=2 r=0 (the budget it records 64.0 MiB)",
+        "note: tuned with -O max_steps=2 -O 'logging_dir=my logs' (its first line), not given here: measured without "
+        "them"]
+    code, _, err = cli("check", path, "max_steps=2", "-O", "logging_dir=my logs")
+    assert code == 0 and "tuned with" not in err
+
+
 def test_bad_input_exits_2_and_measures_nothing(fake_cli, formers_file, tmp_path):
     cli, backend = fake_cli(FakeDevice())
     path = formers_file()

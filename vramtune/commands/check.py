@@ -40,7 +40,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         options = common.config_options(kit_options, trailing)
         spec = common.load(tuned_path, {"budget": budget, "kit.options": options}, backend)
         if checking.is_tool_file(spec):
-            verdict = checking.check_file(spec, backend, render.say, device, devices)
+            verdict = checking.check_file(spec, backend, render.say, device, devices, options)
         else:
             verdict = checking.check(spec, tolerance, backend, render.say, device, strict, devices)
         render.render_check(verdict)
