@@ -824,3 +824,11 @@ def test_the_activation_prior_of_a_model_folder_is_the_analytic_models_and_flash
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
     assert model_prior(str(tmp_path), 78, "eager", "gpu") is None
     assert activation_prior(object(), "gpu") is None
+
+
+def test_a_skip_by_a_tie_says_so_and_a_slower_one_says_no_faster():
+    from vramtune.search.ladder import no_faster
+
+    assert no_faster("at most", 81.7, 81.6) == ("at most 81.7 samples/s, within 2% of the best measured 81.6 (where "
+                                                "the simpler configuration is chosen)")
+    assert no_faster("predicted", 70.25, 81.6) == "predicted 70.2 samples/s, no faster than the best measured 81.6"

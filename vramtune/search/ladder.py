@@ -543,8 +543,8 @@ class Tuner:
                 estimate, how = self.most_speed(levels), "at most"
             if best is not None and estimate is not None and estimate <= best.samples_per_sec * (1 + TIE):
                 outer = plain.label(without=tuple(m.name for m in MECHANISMS if m.name not in roles.OUTER))
-                self.note(f"{outer} micro-batch {plain.micro_batch} with {axis.name} not probed: {how} "
-                          f"{estimate:.1f} samples/s, no faster than the best measured {best.samples_per_sec:.1f}")
+                self.note(f"{outer} micro-batch {plain.micro_batch} with {axis.name} not probed: "
+                          f"{no_faster(how, estimate, best.samples_per_sec)}")
                 break
             found = self.boundary(axis.name, levels)
             failed = self.unstable(plain)
@@ -669,3 +669,12 @@ class Tuner:
             tips.extend(mechanism.suggest(self))
         tips.append("a shorter sequence / smaller images, or a smaller model")
         return tips
+
+
+def no_faster(how: str, estimate: float, best: float) -> str:
+    """Why a configuration predicted no faster than the best measured is not probed: slower, or faster by less
+    than a tie (where the simpler configuration is chosen)."""
+    if estimate <= best:
+        return f"{how} {estimate:.1f} samples/s, no faster than the best measured {best:.1f}"
+    return (f"{how} {estimate:.1f} samples/s, within {TIE:.0%} of the best measured {best:.1f} (where the simpler "
+            "configuration is chosen)")
