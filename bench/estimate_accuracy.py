@@ -18,12 +18,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from vramtune.estimating.model import Factors, Given, row  # noqa: E402
+from vramtune.core.strategy import Strategy  # noqa: E402
 from vramtune.estimating.run import estimate  # noqa: E402
-from vramtune.runner import ChildBackend  # noqa: E402
-from vramtune.session import measure, open_session  # noqa: E402
+from vramtune.memory.state import Factors, Given, row  # noqa: E402
+from vramtune.probing.runner import ChildBackend  # noqa: E402
 from vramtune.spec import load_spec  # noqa: E402
-from vramtune.strategy import Strategy  # noqa: E402
+from vramtune.tuning.session import measure, open_session  # noqa: E402
 
 CPU = Factors(fragmentation=0.0, source="CPU")  # fp32 on the CPU: no AMP factor, no allocator reserve
 LLAMA_100M = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768,

@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from vramtune.estimating import analytic  # noqa: E402
-from vramtune.estimating.architecture import architecture  # noqa: E402
-from vramtune.search.fitting import linear_fit  # noqa: E402
+from vramtune.memory import analytic  # noqa: E402
+from vramtune.memory.architecture import architecture  # noqa: E402
+from vramtune.memory.fitting import linear_fit  # noqa: E402
 
 
 def llama(h: int, f: int, a: int, kv: int, vocab: int) -> dict:

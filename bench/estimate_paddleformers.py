@@ -62,7 +62,7 @@ def check_count(folder: Path) -> None:
     import paddle
     from paddleformers.transformers import AutoConfig, AutoModelForCausalLM
 
-    from vramtune.estimating.architecture import architecture, count, read_config
+    from vramtune.memory.architecture import architecture, count, read_config
 
     model_folder = folder / "ERNIE-4.5-21B-A3B-PT"
     start = time.monotonic()

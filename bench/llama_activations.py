@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from vramtune.estimating import llama  # noqa: E402
-from vramtune.search.fitting import linear_fit  # noqa: E402
+from vramtune.memory.fitting import linear_fit  # noqa: E402
 
 TOKENIZER = ROOT / "tests" / "specs" / "formers" / "llama"
 SHAPES = [  # hidden, intermediate, layers, heads, seq, vocab, micro-batch

@@ -26,12 +26,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "configs"), 
 
 from gpu_shapes import shape_table  # noqa: E402
 
-from vramtune.records import ProbeResult  # noqa: E402
-from vramtune.runner import ChildBackend  # noqa: E402
+from vramtune.core.records import ProbeResult  # noqa: E402
+from vramtune.core.strategy import Strategy  # noqa: E402
+from vramtune.probing.runner import ChildBackend  # noqa: E402
 from vramtune.search import Tuner, choose  # noqa: E402
-from vramtune.session import measure, open_session, search_problem  # noqa: E402
 from vramtune.spec import apply_overrides, load_spec, spec_from_dict  # noqa: E402
-from vramtune.strategy import Strategy  # noqa: E402
+from vramtune.tuning.session import measure, open_session, search_problem  # noqa: E402
 
 SPECS = ["configs/bert-mini-cpu.yaml", "configs/resnet18-cpu.yaml", "configs/mlp-python-cpu.yaml",
          "tests/specs/rung-recompute.yaml"]

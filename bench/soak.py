@@ -24,10 +24,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests" / "f
 MARKER = f"soak-{uuid.uuid4().hex}"
 os.environ["VRAMTUNE_SOAK_MARKER"] = MARKER  # inherited by every worker and grandchild
 
-from vramtune.runner import ChildBackend  # noqa: E402
-from vramtune.session import measure, open_session  # noqa: E402
+from vramtune.core.strategy import Strategy  # noqa: E402
+from vramtune.probing.runner import ChildBackend  # noqa: E402
 from vramtune.spec import spec_from_dict  # noqa: E402
-from vramtune.strategy import Strategy  # noqa: E402
+from vramtune.tuning.session import measure, open_session  # noqa: E402
 
 EXPECTED = {"none": "fits", "oom": "oom", "sigkill": "crashed", "segfault": "crashed", "hang": "timeout"}
 

@@ -31,11 +31,11 @@ ARCHS = {
 
 def measure(arch: str, size: int, batch: int, recomputed: int) -> dict:
     """One real probe (a fresh child, as `vramtune measure` runs it): {"peak", "total", "path"}."""
-    from vramtune.runner import ChildBackend
-    from vramtune.session import measure as probe
-    from vramtune.session import open_session
+    from vramtune.core.strategy import Strategy
+    from vramtune.probing.runner import ChildBackend
     from vramtune.spec import spec_from_dict
-    from vramtune.strategy import Strategy
+    from vramtune.tuning.session import measure as probe
+    from vramtune.tuning.session import open_session
 
     spec = spec_from_dict({"name": arch, "model": {"source": "vision", "arch": arch},
                            "data": {"image_size": size, "num_classes": 10}, "train": {"target_batch": batch},

@@ -48,10 +48,10 @@ def run_child(spec_path: str, micro_batch: int, accumulation: int, warmup: str, 
     from vramtune.child import worker
     from vramtune.child.counters import MemoryCounters
     from vramtune.child.device import describe
-    from vramtune.records import Budget
-    from vramtune.session import job_for
+    from vramtune.core.records import Budget
+    from vramtune.core.strategy import Strategy
     from vramtune.spec.files import load_spec
-    from vramtune.strategy import Strategy
+    from vramtune.tuning.session import job_for
 
     spec = load_spec(spec_path)
     strategy = Strategy(precision="fp32", micro_batch=micro_batch, accumulation=accumulation)

@@ -73,7 +73,7 @@ def steady_speed(monkeypatch):
     depends on the machine's load."""
     import dataclasses
 
-    from vramtune import runner
+    from vramtune.probing import runner
 
     measured = runner.result_from
 

@@ -22,14 +22,14 @@ import resource
 import signal
 from dataclasses import dataclass, field
 
+from vramtune.core.records import Budget, Device, ProbeJob, ProbeResult
+from vramtune.core.strategy import Strategy
 from vramtune.mechanisms.accumulation import AccumulationSearch
 from vramtune.mechanisms.precision import AMP_PRECISIONS, PrecisionSettings, dtype_of, level_of
 from vramtune.mechanisms.recompute import RecomputeSettings
 from vramtune.mechanisms.sharding import MECHANISM as SHARDING
-from vramtune.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.search import SearchProblem
 from vramtune.spec import default_settings
-from vramtune.strategy import Strategy
 
 MiB, GiB = 2**20, 2**30
 BLOCK = 2 * MiB  # the GPU allocator's reservation granularity
@@ -103,7 +103,7 @@ class FakeDevice:
     def activation_prior(self) -> float | None:
         """What the search is told before any probe: the analytic model's activations per sample from config.json
         (eager attention, as the truth's [s, s] terms), computed from the sizes, not from `per_sample`."""
-        from vramtune.search.activations import per_sample
+        from vramtune.memory.prior import per_sample
 
         predicted = per_sample(self.config, self.seq, flash=False) if self.config else None
         return predicted * self.prior_scale if predicted is not None else None
@@ -168,7 +168,7 @@ class FakeBackend:
         self.fake, self.missing, self.jobs = device, missing or set(), []
 
     def describe(self, device: str) -> Device:
-        from vramtune.runner import DeviceError
+        from vramtune.probing.runner import DeviceError
 
         if device in self.missing:
             raise DeviceError(f"device {device!r}: not on this fake machine")
@@ -183,7 +183,7 @@ class FakeBackend:
 
     def count(self, job: ProbeJob, timeout: float) -> dict:
         """The fake model's parameters, as the lazy count says them (FakeDevice.model_counts)."""
-        from vramtune.runner import DeviceError
+        from vramtune.probing.runner import DeviceError
 
         counts = self.fake.model_counts()
         if counts is None:
@@ -232,7 +232,7 @@ def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None 
     """A search problem as the session makes it from a spec, from the few settings a test varies (no AMP unless
     asked; sharding stages 2 and 3 need a GPU-kind device; `counted`: the fake whose model the lazy count counts
     before the first probe, as the session counts it, search/counted.py)."""
-    from vramtune.search.counted import counted_state, given_for
+    from vramtune.memory.counted import counted_state, given_for
 
     settings = {**default_settings(), "precision": PrecisionSettings(list(amp_precisions)),
                 "recompute": RecomputeSettings(recompute),

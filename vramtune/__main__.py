@@ -1,7 +1,7 @@
 """`python -m vramtune`: the warm worker starts importing Paddle before the CLI's own imports (forking.start_early)."""
 import sys
 
-from vramtune.forking import start_early
+from vramtune.probing.forking import start_early
 
 start_early(sys.argv[1:])
 

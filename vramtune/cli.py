@@ -12,11 +12,12 @@ from typing import NoReturn
 
 import typer
 
-from vramtune import __version__, interrupts
+from vramtune import __version__
 from vramtune.commands import apply, autotuner_tool, check, doctor, estimate, measure, plot, probe, validate
 from vramtune.commands.common import JsonUsageErrors
-from vramtune.forking import start_early
-from vramtune.runner import Backend, ChildBackend
+from vramtune.probing import interrupts
+from vramtune.probing.forking import start_early
+from vramtune.probing.runner import Backend, ChildBackend
 
 COMMANDS = (probe, measure, apply, check, plot, validate, estimate, autotuner_tool, doctor)
 

@@ -19,9 +19,9 @@ from typing import Any, Callable
 import paddle
 
 from vramtune.child.preparing import OptimizerOrFactory, Prepared, configure, prepare
+from vramtune.core.records import Budget
+from vramtune.core.report import Tuned
 from vramtune.mechanisms import MECHANISMS
-from vramtune.records import Budget
-from vramtune.report import Tuned
 from vramtune.spec import load_spec, require_tuned
 
 

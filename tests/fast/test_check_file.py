@@ -11,7 +11,7 @@ import pytest
 from conftest import CONFIGS, SPECS, needs_paddlenlp
 from fakes import FakeDevice, MiB
 
-from vramtune.recorded_budget import recorded_budget, with_budget_line
+from vramtune.dialects.recorded import recorded_budget, with_budget_line
 from vramtune.spec.files import OPTIONS_ELSEWHERE
 
 DEMO = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text()

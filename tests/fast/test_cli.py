@@ -11,8 +11,8 @@ import yaml
 from conftest import CONFIGS, mlp_spec
 from fakes import FakeDevice, MiB, file_size_limit
 
-from vramtune.strategy import Strategy
-from vramtune.units import format_bytes
+from vramtune.core.strategy import Strategy
+from vramtune.core.units import format_bytes
 
 SPEC = CONFIGS / "mlp-python-cpu.yaml"  # target 2048, budget 40 MiB (limit 38 MiB), 6 blocks
 
@@ -253,7 +253,7 @@ def test_check_fails_when_the_tuned_config_no_longer_trains(fake_cli, tmp_path):
     device = small()
     cli, _ = fake_cli(device)
     target = tuned_file(cli, tmp_path)
-    device.result = lambda s, budget: __import__("vramtune.records", fromlist=["ProbeResult"]).ProbeResult(
+    device.result = lambda s, budget: __import__("vramtune.core.records", fromlist=["ProbeResult"]).ProbeResult(
         "crashed", s, error="killed by SIGSEGV")
     code, out, err = cli("check", target, "--json")
     assert code == 1 and json.loads(out)["reasons"] == ["the tuned configuration no longer trains: crashed: "
@@ -414,7 +414,7 @@ def test_a_failing_smoke_probe_fails_the_check(fake_cli, write_spec):
     spec = mlp_spec(device="gpu", budget="auto")
     spec["tuned"] = {"precision": "fp16", "micro_batch": 512, "accumulation": 4, "peak_bytes": 10**9,
                      "device": "NVIDIA A100", "device_kind": "gpu"}
-    device.result = lambda s, budget: __import__("vramtune.records", fromlist=["ProbeResult"]).ProbeResult(
+    device.result = lambda s, budget: __import__("vramtune.core.records", fromlist=["ProbeResult"]).ProbeResult(
         "crashed", s, error="exit code 1 without a result: ImportError: no flash_attn")
     code, out, _ = cli("check", write_spec(spec, "gpu.tuned.yaml"), "--json")
     verdict = json.loads(out)

@@ -13,7 +13,7 @@ from fakes import BLOCK, FakeDevice, MiB, gpu
 
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict
 from vramtune.mechanisms import Mechanism, register, unregister
-from vramtune.runner import ChildOutcome, classify
+from vramtune.probing.runner import ChildOutcome, classify
 
 SPEC = CONFIGS / "mlp-python-cpu.yaml"
 OOM = ("ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate 64.000000MB memory on GPU 0, "
@@ -79,7 +79,7 @@ class FakeChecks:
 def doctor_cli(fake_cli, monkeypatch):
     """doctor_cli(device) -> (invoke, backend, checks): the CLI over a fake device that runs doctor checks (with
     PaddleFormers' own recompute checked, whatever is installed here)."""
-    monkeypatch.setattr("vramtune.mechanisms.recompute.doctor.library", lambda: "paddleformers")
+    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: "paddleformers")
 
     def make(device):
         cli, backend = fake_cli(device)
@@ -339,12 +339,12 @@ def test_a_config_json_estimate_takes_the_saved_doctor_factors_too(doctor_cli):
 def test_the_models_own_recompute_is_checked_on_a_paddle_2_6_cpu_too(monkeypatch):
     """Paddle 2.6 cannot keep the CPU's RNG state in recompute: the check runs the model's own recompute without it,
     as probes do, instead of skipping it."""
-    from vramtune.mechanisms.recompute.doctor import CHECK
-    from vramtune.records import Device
+    from vramtune.core.records import Device
+    from vramtune.doctor.recompute import CHECK
 
-    monkeypatch.setattr("vramtune.mechanisms.recompute.doctor.library", lambda: "paddlenlp")
+    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: "paddlenlp")
     assert CHECK.parts(Device("cpu", 0, "cpu", 16 << 30, "2.6.2")) == ("wrapper", "native")
-    monkeypatch.setattr("vramtune.mechanisms.recompute.doctor.library", lambda: None)
+    monkeypatch.setattr("vramtune.doctor.recompute.library", lambda: None)
     assert CHECK.parts(Device("cpu", 0, "cpu", 16 << 30, "2.6.2")) == ("wrapper",)
 
 

@@ -8,9 +8,9 @@ import pytest
 from conftest import CONFIGS, mlp_spec
 from fakes import FakeDevice, MiB
 
-from vramtune.estimating.model import Counts, Given, state
+from vramtune.core.strategy import Strategy
+from vramtune.memory.state import Counts, Given, state
 from vramtune.spec import load_spec
-from vramtune.strategy import Strategy
 
 SPEC = CONFIGS / "mlp-python-cpu.yaml"  # target 2048
 
@@ -166,10 +166,10 @@ def test_a_model_without_repeated_blocks_says_recompute_was_not_estimated(fake_c
 def test_calibrating_takes_a_kits_ema_out_of_both_sides():
     """A GPU probe of a PaddleOCR config with Global.use_ema holds the EMA's fp32 shadows and the kept copies of the
     weights at its own precision (held.py), the CPU fit holds them in fp32: the AMP factor is the activations' alone."""
-    from vramtune.estimating import held
-    from vramtune.estimating.model import ActivationFit
+    from vramtune.core.records import ProbeResult
     from vramtune.estimating.run import calibrated
-    from vramtune.records import ProbeResult
+    from vramtune.memory import held
+    from vramtune.memory.state import ActivationFit
 
     counts = Counts(params=1_000_000, trainable=1_000_000, layers=4, ema_elements=1_000_000, state_copies=2)
     fit = ActivationFit(a0=held.probed(counts), b0=8_000_000, b1=0)  # the CPU probes: 8 MB a sample, plus the EMA

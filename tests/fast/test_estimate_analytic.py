@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from conftest import SPECS
 
-from vramtune.estimating.analytic import KEPT, LOGITS, activations, layer_bytes
-from vramtune.estimating.architecture import Moe, architecture, count, read_config
+from vramtune.memory.analytic import KEPT, LOGITS, activations, layer_bytes
+from vramtune.memory.architecture import Moe, architecture, count, read_config
 
 ERNIE = architecture(read_config(SPECS / "configs" / "ernie-4.5-21b-a3b.json"))
 

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 from conftest import SPECS
 
-from vramtune.estimating.architecture import ArchitectureError, architecture, count, read_config
+from vramtune.memory.architecture import ArchitectureError, architecture, count, read_config
 
 CONFIGS = SPECS / "configs"
 

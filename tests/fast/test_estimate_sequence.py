@@ -2,7 +2,7 @@
 fit c + a s + b s^2 exact in bytes, and the check that refuses a fit through a probe sitting on a floor."""
 from __future__ import annotations
 
-from vramtune.estimating.sequence import extrapolated, probe_sequences
+from vramtune.memory.sequence import extrapolated, probe_sequences
 
 
 def activations(seq: int) -> int:

@@ -6,11 +6,11 @@ import shutil
 
 from conftest import SPECS, mlp_spec
 
-from vramtune.export.paddlenlp_args import tuned_arguments
-from vramtune.records import Budget, ProbeResult
-from vramtune.report import Tuned
+from vramtune.core.records import Budget, ProbeResult
+from vramtune.core.report import Tuned
+from vramtune.core.strategy import Strategy
+from vramtune.dialects.paddlenlp.export import tuned_arguments
 from vramtune.spec import load_spec
-from vramtune.strategy import Strategy
 
 
 def test_yaml_and_arguments_file_evaluation_settings(write_spec, tmp_path, monkeypatch):

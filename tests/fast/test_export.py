@@ -7,9 +7,9 @@ import json
 import pytest
 from fakes import FakeDevice, MiB, plan
 
+from vramtune.dialects.paddlenlp.export import ACCEPTED as TRAINER
+from vramtune.dialects.paddlenlp.keys import KNOWN as LLM_SCRIPTS
 from vramtune.export import expressible
-from vramtune.export.paddlenlp_args import ACCEPTED as TRAINER
-from vramtune.spec.paddlenlp_keys import KNOWN as LLM_SCRIPTS
 
 BUDGET = 40 * MiB
 NATIVE = {"granularities": ["full", "core_attn"], "partial": True}
@@ -66,9 +66,9 @@ def test_nothing_expressible_fits():
 def test_an_arguments_file_is_edited_in_place_and_a_cleared_key_removed(tmp_path):
     from types import SimpleNamespace
 
-    from vramtune.export import arguments_file
-    from vramtune.records import Budget
-    from vramtune.report import Report
+    from vramtune.core.records import Budget
+    from vramtune.core.report import Report
+    from vramtune.dialects.paddlenlp import arguments_file
 
     original = '{\n  "model_name_or_path": "./tiny-llama",\n  "no_recompute_layers": [2, 3],\n' \
                '  "per_device_train_batch_size": 8,   "gradient_accumulation_steps": 2\n}\n'
@@ -92,9 +92,9 @@ def test_no_stage_on_several_ranks_clears_the_stage_the_arguments_file_stated(tm
     """The file said stage2; the measured choice shards nothing over its 2 ranks: the file must not keep stage2."""
     from types import SimpleNamespace
 
-    from vramtune.export import arguments_file
-    from vramtune.records import Budget
-    from vramtune.report import Report
+    from vramtune.core.records import Budget
+    from vramtune.core.report import Report
+    from vramtune.dialects.paddlenlp import arguments_file
 
     original = '{\n  "model_name_or_path": "./tiny-llama",\n  "sharding": "stage2",\n  "sharding_parallel_degree": 2,\n' \
                '  "per_device_train_batch_size": 8,\n  "gradient_accumulation_steps": 1\n}\n'
@@ -121,7 +121,7 @@ def test_a_format_without_accepted_says_everything(fake_cli, monkeypatch, tmp_pa
     from conftest import CONFIGS
 
     from vramtune import export
-    from vramtune.export import yaml_spec
+    from vramtune.dialects.spec import export as yaml_spec
 
     recipe = SimpleNamespace(NAME="yaml", SUFFIX=".tuned.yaml", render=yaml_spec.render)  # ARCHITECTURE.md's three
     monkeypatch.setitem(export.FORMATS, "yaml", recipe)

@@ -11,8 +11,8 @@ import pytest
 from conftest import CONFIGS
 from fakes import FakeDevice, MiB
 
-from vramtune import interrupts
-from vramtune.store import ResultStore
+from vramtune.probing import interrupts
+from vramtune.probing.store import ResultStore
 
 
 @pytest.fixture
@@ -71,8 +71,8 @@ def test_run_without_a_signal_passes_the_commands_exit_on(installed):
 def test_an_append_is_whole_before_the_signal_is_handled(installed, tmp_path, monkeypatch):
     """A signal that arrives during the append waits for its end: the line is whole and synced, then the run is
     interrupted."""
-    from vramtune.records import ProbeResult
-    from vramtune.strategy import Strategy
+    from vramtune.core.records import ProbeResult
+    from vramtune.core.strategy import Strategy
 
     store = ResultStore("key", root=tmp_path)
     original = os.fsync

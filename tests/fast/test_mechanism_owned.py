@@ -6,10 +6,10 @@ import pytest
 import yaml
 from conftest import mlp_spec
 
+from vramtune.core.reading import SpecError
+from vramtune.core.records import Device
 from vramtune.doctor.base import CheckRun
 from vramtune.doctor.device import CHECK
-from vramtune.reading import SpecError
-from vramtune.records import Device
 from vramtune.spec import load_spec
 from vramtune.spec.files import require_tuned
 
@@ -38,6 +38,8 @@ def test_a_tuned_section_of_vramtune_0_1_is_refused_by_name(tmp_path):
 
 
 def test_the_kits_shared_keys_come_from_the_mechanisms():
+    from vramtune.core.report import Tuned
+    from vramtune.core.strategy import Strategy
     from vramtune.dialects.kits.config import (
         amp_choices,
         compiled,
@@ -46,8 +48,6 @@ def test_the_kits_shared_keys_come_from_the_mechanisms():
         paddle_amp,
         search_off,
     )
-    from vramtune.report import Tuned
-    from vramtune.strategy import Strategy
 
     assert list(search_off({}).items()) == [("recompute", "off"), ("sharding", "off"), ("to_static", "off")]
     assert search_off({"Global": {"to_static": True}}) == {"recompute": "off", "sharding": "off"}

@@ -29,7 +29,7 @@ def fake_vramtune(*args, env=None, **popen):
 def test_a_probe_waits_while_another_run_probes_the_same_device():
     from fakes import FakeDevice
 
-    from vramtune.store import device_lock_path, file_lock
+    from vramtune.probing.store import device_lock_path, file_lock
     with file_lock(device_lock_path(FakeDevice().device()), print, "probing"):
         process = fake_vramtune("probe", CONFIGS / "mlp-python-cpu.yaml", "--json", stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
@@ -47,7 +47,7 @@ def test_a_probe_waits_while_another_run_probes_the_same_device():
 def test_a_holder_whose_pid_is_not_written_yet_is_named_without_one(tmp_path):
     import fcntl
 
-    from vramtune.store import file_lock
+    from vramtune.probing.store import file_lock
     path = tmp_path / "lock"
     holder = os.open(path, os.O_RDWR | os.O_CREAT)  # holds the lock, its pid not written yet
     fcntl.flock(holder, fcntl.LOCK_EX)

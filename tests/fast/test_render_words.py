@@ -7,9 +7,9 @@ from types import SimpleNamespace
 from conftest import mlp_spec
 from fakes import FakeDevice
 
-from vramtune.records import ProbeResult
-from vramtune.render import choice_line
-from vramtune.strategy import Strategy
+from vramtune.core.records import ProbeResult
+from vramtune.core.strategy import Strategy
+from vramtune.render.console import choice_line
 
 MiB = 2**20
 

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from vramtune.roundtrip import DELETE, RoundTripError, set_keys
+from vramtune.dialects.roundtrip import DELETE, RoundTripError, set_keys
 
 OCR = """\
 Global:

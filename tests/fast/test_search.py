@@ -9,12 +9,12 @@ import json
 import pytest
 from fakes import FakeDevice, MiB, gpu_shapes, make_problem, plan
 
+from vramtune.core.records import ProbeResult
+from vramtune.core.report import Tuned
+from vramtune.core.strategy import Strategy
+from vramtune.core.units import parse_size
 from vramtune.mechanisms.precision import dtype_of
-from vramtune.records import ProbeResult
-from vramtune.report import Tuned
 from vramtune.search import MemoryModel, SearchProblem, Tuner, choose
-from vramtune.strategy import Strategy
-from vramtune.units import parse_size
 
 
 def divisors(n: int, max_accumulation: int = 64) -> list[int]:
@@ -524,7 +524,7 @@ def test_fp16_going_nan_falls_back_to_bf16_then_to_fp16_safe(bf16, chosen):
 
 
 def test_fp16_safe_exports_the_op_list():
-    from vramtune.export.paddlenlp_args import tuned_arguments
+    from vramtune.dialects.paddlenlp.export import tuned_arguments
     from vramtune.mechanisms.precision import SAFE_BLACK_LIST
 
     arguments, _ = tuned_arguments(Tuned.from_json({"precision": "fp16-safe", "micro_batch": 8, "accumulation": 2,
@@ -592,7 +592,7 @@ def test_each_amp_level_has_its_own_memory_model_and_counted_state():
 
 
 def test_o2_is_chosen_where_it_is_faster_and_exported_as_fp16_opt_level():
-    from vramtune.export.paddlenlp_args import tuned_arguments
+    from vramtune.dialects.paddlenlp.export import tuned_arguments
     from vramtune.mechanisms.precision import AMP_PRECISIONS
 
     device = o2_card(per_sample=2 * MiB)
@@ -814,7 +814,7 @@ def test_the_activation_prior_of_a_model_folder_is_the_analytic_models_and_flash
     an architecture the analytic model does not know, has no prior."""
     from conftest import SPECS
 
-    from vramtune.search.activations import activation_prior, model_prior
+    from vramtune.memory.prior import activation_prior, model_prior
 
     folder = str(SPECS / "formers" / "llama")
     assert model_prior(folder, 78, "eager", "cpu") == pytest.approx(2 * 501_059.52 + 388_486.8)

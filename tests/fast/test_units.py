@@ -1,6 +1,6 @@
 import pytest
 
-from vramtune.units import SizeError, format_bytes, format_percent, format_setting, format_share, parse_size
+from vramtune.core.units import SizeError, format_bytes, format_percent, format_setting, format_share, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [

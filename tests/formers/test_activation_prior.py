@@ -9,9 +9,9 @@ import json
 import pytest
 from conftest import CONFIGS, ROOT, needs_paddleformers
 
-from vramtune.records import Device
-from vramtune.session import open_session, search_problem
+from vramtune.core.records import Device
 from vramtune.spec.files import load_spec
+from vramtune.tuning.session import open_session, search_problem
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 MiB = 2**20

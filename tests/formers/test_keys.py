@@ -8,12 +8,12 @@ import sys
 import pytest
 from conftest import needs_paddleformers
 
+from vramtune.core.report import Tuned
+from vramtune.core.strategy import Strategy
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, ARGUMENT_CLASSES, VERSION
 from vramtune.dialects.paddleformers.export import tuned_keys
 from vramtune.mechanisms import MECHANISMS
-from vramtune.report import Tuned
-from vramtune.strategy import Strategy
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 

@@ -9,13 +9,13 @@ import pytest
 import yaml
 from formers_client import FORMERS, config_text
 
+from vramtune.core.report import Tuned
+from vramtune.core.strategy import Strategy
 from vramtune.dialects.paddleformers.export import tuned_keys
+from vramtune.dialects.roundtrip import DELETE
 from vramtune.mechanisms import Mechanism, register, unregister
-from vramtune.report import Tuned
-from vramtune.roundtrip import DELETE
 from vramtune.sources import SOURCES
 from vramtune.spec import SpecError, load_spec
-from vramtune.strategy import Strategy
 
 NO_DATA = {"train_dataset_path": None}
 
@@ -186,7 +186,7 @@ def test_a_file_apply_cannot_edit_is_exit_2_with_the_reason(fake_cli, config, mo
     from fakes import FakeDevice
 
     from vramtune.dialects.paddleformers import export
-    from vramtune.roundtrip import RoundTripError
+    from vramtune.dialects.roundtrip import RoundTripError
 
     def refuse(*_):
         raise RoundTripError("stage.x: stage is not a mapping")

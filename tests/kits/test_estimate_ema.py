@@ -12,8 +12,8 @@ import kit_client as client
 import pytest
 from test_kits_estimate import options
 
-from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, row
-from vramtune.strategy import Strategy
+from vramtune.core.strategy import Strategy
+from vramtune.memory.state import ActivationFit, Counts, Factors, Given, row
 
 OCR = client.kit("PaddleOCR")
 EN_V3 = "configs/rec/PP-OCRv3/en_PP-OCRv3_mobile_rec.yml"  # SVTR_LCNet with a SAR head (LSTMs), one scale

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from fakes import FakeDevice, MiB
 
+from vramtune.core.report import Tuned
+from vramtune.core.strategy import Strategy
 from vramtune.dialects.kits.paddleclas import KIT
-from vramtune.recorded_budget import budget_line
-from vramtune.report import Tuned
+from vramtune.dialects.recorded import budget_line
 from vramtune.spec import SpecError, load_spec
-from vramtune.strategy import Strategy
 
 CHECKOUT = client.kit("PaddleClas")
 needs_kit = pytest.mark.skipif(CHECKOUT is None, reason=f"no PaddleClas checkout in {client.KITS}")

@@ -17,7 +17,7 @@ from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
 from vramtune.dialects.kits.paddledetection import read_config
-from vramtune.recorded_budget import budget_line
+from vramtune.dialects.recorded import budget_line
 from vramtune.spec import SpecError, load_spec
 
 CHECKOUT = client.kit("PaddleDetection")

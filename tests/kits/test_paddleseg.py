@@ -17,7 +17,7 @@ import yaml
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
-from vramtune.recorded_budget import budget_line
+from vramtune.dialects.recorded import budget_line
 from vramtune.spec import SpecError, load_spec
 
 CHECKOUT = client.kit("PaddleSeg")

@@ -4,7 +4,7 @@ On PYTHONPATH with VRAMTUNE_TEST_NOISE=A set, every probe result the parent read
 throughput multiplied by a random factor in [1 - A, 1 + A] (its step time divided by it): what a loaded machine
 does to CPU timing, only larger. Peaks are untouched (they are exact). A test that passes only when timing picks
 one configuration fails under it; a test with timing taken out (a fixed strategy, a budget that leaves one answer,
-fakes) does not notice. It patches vramtune.runner.result_from when that module is first imported, in the test
+fakes) does not notice. It patches vramtune.probing.runner.result_from when that module is first imported, in the test
 process and in every vramtune process it starts.
 """
 from __future__ import annotations
@@ -32,10 +32,10 @@ def _noisy(result_from):
 
 
 class _PatchRunner(importlib.abc.MetaPathFinder):
-    """Loads vramtune.runner as usual, then wraps its result_from."""
+    """Loads vramtune.probing.runner as usual, then wraps its result_from."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "vramtune.runner":
+        if name != "vramtune.probing.runner":
             return None
         spec = next((found for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec")
                      and (found := finder.find_spec(name, path, target)) is not None), None)

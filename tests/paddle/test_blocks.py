@@ -194,8 +194,8 @@ def test_recompute_lowers_the_measured_peak(arch):
 def test_every_batchnorm_kind_gets_the_floor_and_the_estimate_counts_the_same_layers():
     """The probe's BatchNorm floor and the estimate's fp32-under-O2 count agree on what a BatchNorm is: the older
     nn.BatchNorm (not a _BatchNormBase) as well as BatchNorm1D/2D and SyncBatchNorm."""
-    from vramtune.layer_kinds import BATCHNORM
     from vramtune.mechanisms.accumulation import MECHANISM as accumulation
+    from vramtune.memory.layer_kinds import BATCHNORM
 
     model = nn.Sequential(nn.Conv2D(3, 4, 3), nn.BatchNorm(4), nn.BatchNorm2D(4), nn.SyncBatchNorm(4),
                           nn.Flatten(), nn.Linear(4, 2), nn.BatchNorm1D(2), nn.LayerNorm(2))

@@ -6,10 +6,10 @@ import pytest
 import yaml
 from conftest import SPECS
 
-from vramtune.runner import ChildBackend
-from vramtune.session import measure, open_session, search_problem
+from vramtune.core.strategy import Strategy
+from vramtune.probing.runner import ChildBackend
 from vramtune.spec import load_spec
-from vramtune.strategy import Strategy
+from vramtune.tuning.session import measure, open_session, search_problem
 
 pytestmark = pytest.mark.paddle
 

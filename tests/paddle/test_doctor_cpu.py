@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from vramtune.core.records import Device
 from vramtune.doctor.base import device_arg
 from vramtune.doctor.battery import run_check
 from vramtune.doctor.checks import by_name
+from vramtune.doctor.recompute import native_skip
 from vramtune.doctor.running import ChildChecks
-from vramtune.mechanisms.recompute.doctor import native_skip
-from vramtune.records import Device
 
 pytestmark = pytest.mark.paddle
 MiB = 1 << 20

@@ -8,8 +8,8 @@ import sys
 import pytest
 from conftest import ROOT, needs_paddleformers
 
-from vramtune.estimating.analytic import activations
-from vramtune.estimating.architecture import architecture
+from vramtune.memory.analytic import activations
+from vramtune.memory.architecture import architecture
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 sys.path.insert(0, str(ROOT / "bench"))

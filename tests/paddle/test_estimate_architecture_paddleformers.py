@@ -9,7 +9,7 @@ import math
 import pytest
 from conftest import SPECS, needs_paddleformers
 
-from vramtune.estimating.architecture import LORA_TARGETS, architecture, count
+from vramtune.memory.architecture import LORA_TARGETS, architecture, count
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 

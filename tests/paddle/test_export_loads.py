@@ -16,7 +16,7 @@ import pytest
 from conftest import SPECS, mlp_spec, needs_paddlenlp
 from fakes import FakeDevice, MiB
 
-from vramtune.spec.paddlenlp_keys import (
+from vramtune.dialects.paddlenlp.keys import (
     DATA_ARGUMENTS,
     GENERATE_ARGUMENTS,
     LLM_TRAINING_ARGUMENTS,
@@ -182,7 +182,7 @@ def test_the_keys_written_for_a_trainer_are_trainingarguments_fields():
     import scipy  # noqa: F401
     from paddlenlp.trainer import TrainingArguments
 
-    from vramtune.export.paddlenlp_args import ACCEPTED
+    from vramtune.dialects.paddlenlp.export import ACCEPTED
 
     fields = {field.name for field in dataclasses.fields(TrainingArguments) if field.init}
     assert fields == ACCEPTED

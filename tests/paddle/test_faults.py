@@ -209,9 +209,9 @@ def test_apply_to_an_unwritable_path_is_a_clear_error(cli, write_spec):
 def test_lock_file_holder_is_named(write_spec, private_cache):
     """The waiting message names the pid that holds the lock (held here by this test process); the waiting run
     measures nothing until the lock is released, then takes the lock itself."""
-    from vramtune.runner import ChildBackend
-    from vramtune.session import open_session
+    from vramtune.probing.runner import ChildBackend
     from vramtune.spec import load_spec
+    from vramtune.tuning.session import open_session
     path = write_spec(fault_spec("none"))
     store = open_session(load_spec(path), ChildBackend(), print).store
     with store.locked(on_wait=print):
@@ -340,11 +340,11 @@ def test_warmup_waits_for_the_optimizer_state_when_the_scaler_skips_steps(tmp_pa
     """fp16's GradScaler skips optimizer.step() while it finds inf gradients: the measured peak must include
     AdamW's moments, so warmup goes on until they exist (the scaler itself runs on CPU too)."""
     from vramtune.child.worker import run_probe
-    from vramtune.records import Budget
-    from vramtune.runner import ChildBackend
-    from vramtune.session import job_for
+    from vramtune.core.records import Budget
+    from vramtune.core.strategy import Strategy
+    from vramtune.probing.runner import ChildBackend
     from vramtune.spec import spec_from_dict
-    from vramtune.strategy import Strategy
+    from vramtune.tuning.session import job_for
 
     monkeypatch.syspath_prepend(str(FAULTS))
     spec = spec_from_dict(fault_spec("inf_first", lo=3), str(tmp_path / "spec.yaml"))

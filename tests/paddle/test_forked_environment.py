@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from vramtune.records import Budget
-from vramtune.runner import ChildBackend
-from vramtune.session import job_for
+from vramtune.core.records import Budget
+from vramtune.core.strategy import Strategy
+from vramtune.probing.runner import ChildBackend
 from vramtune.spec import load_spec
-from vramtune.strategy import Strategy
+from vramtune.tuning.session import job_for
 
 pytestmark = pytest.mark.paddle
 

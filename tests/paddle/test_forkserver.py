@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS, needs_paddlenlp
 
-from vramtune.records import Budget
-from vramtune.runner import ChildBackend
-from vramtune.session import job_for
+from vramtune.core.records import Budget
+from vramtune.core.strategy import Strategy
+from vramtune.probing.runner import ChildBackend
 from vramtune.spec import Spec, load_spec
-from vramtune.strategy import Strategy
+from vramtune.tuning.session import job_for
 
 pytestmark = pytest.mark.paddle
 

@@ -6,8 +6,8 @@ import json
 import pytest
 from conftest import CONFIGS, SPECS, gpu_present, needs_paddlenlp
 
-from vramtune.records import Budget
-from vramtune.strategy import Strategy
+from vramtune.core.records import Budget
+from vramtune.core.strategy import Strategy
 
 pytestmark = pytest.mark.paddle
 

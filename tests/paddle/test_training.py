@@ -10,7 +10,7 @@ import paddle.nn.functional as F
 from conftest import CONFIGS
 
 from vramtune.child.training import StepRunner
-from vramtune.strategy import Strategy
+from vramtune.core.strategy import Strategy
 
 _SPEC = importlib.util.spec_from_file_location("mlp_model", CONFIGS / "mlp_model.py")
 mlp_model = importlib.util.module_from_spec(_SPEC)

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from conftest import CONFIGS, ROOT
 
-from vramtune import forking
+from vramtune.probing import forking
 
 pytestmark = pytest.mark.paddle
 

@@ -22,7 +22,7 @@ import paddle
 import paddle.nn.functional as F
 from vramtune.child.counters import MemoryCounters
 from vramtune.child.training import StepRunner
-from vramtune.strategy import Strategy
+from vramtune.core.strategy import Strategy
 
 warmup, accumulation, steps, frozen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "frozen"
 paddle.set_device("cpu")
@@ -79,7 +79,7 @@ def test_the_optimizer_state_exists_and_the_next_step_is_whole():
     import paddle.nn.functional as F
 
     from vramtune.child.training import StepRunner, optimizer_state_ready
-    from vramtune.strategy import Strategy
+    from vramtune.core.strategy import Strategy
 
     paddle.seed(0)
     model = paddle.nn.Linear(8, 3)

@@ -5,9 +5,9 @@ from typing import Any, Callable
 
 import paddle
 
-from vramtune.oom import looks_like_oom
+from vramtune.core.oom import looks_like_oom
+from vramtune.core.text import error_line
 from vramtune.sources.base import BuildError, BuiltModel, Source
-from vramtune.text import error_line
 
 
 def build_model(source: Source, settings: Any, spec_dir: str, configure: Callable[[Any], None]) -> BuiltModel:

@@ -9,8 +9,8 @@ import platform
 
 import paddle
 
+from vramtune.core.records import Device
 from vramtune.mechanisms import MECHANISMS
-from vramtune.records import Device
 
 
 class DeviceUnavailable(RuntimeError):

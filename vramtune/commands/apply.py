@@ -8,13 +8,15 @@ from typing import Any, List, Optional
 
 import typer
 
-from vramtune import export, render, session
+from vramtune import export
 from vramtune.commands import common
+from vramtune.core.records import ProbeResult
+from vramtune.core.report import Report
+from vramtune.core.strategy import Strategy
 from vramtune.export import expressible
-from vramtune.records import ProbeResult
-from vramtune.report import Report
-from vramtune.runner import Backend
-from vramtune.strategy import Strategy
+from vramtune.probing.runner import Backend
+from vramtune.render import console as render
+from vramtune.tuning import session
 
 Format = enum.Enum("Format", {name: name for name in export.FORMATS}, type=str)
 

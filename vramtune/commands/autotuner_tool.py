@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from vramtune.runner import Backend
+from vramtune.probing.runner import Backend
 
 TOOL = Path(__file__).resolve().parent.parent / "estimating" / "autotuner_tool.py"
 

@@ -6,9 +6,10 @@ from typing import List, Optional
 
 import typer
 
-from vramtune import checking, render
+from vramtune.checking import gate as checking
 from vramtune.commands import common
-from vramtune.runner import Backend
+from vramtune.probing.runner import Backend
+from vramtune.render import console as render
 from vramtune.spec import Problem, SpecError
 
 

@@ -17,11 +17,15 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from vramtune import __version__, interrupts, render, session, units
+from vramtune import __version__
 from vramtune.commands import packages
+from vramtune.core import units
 from vramtune.mechanisms import MECHANISMS, strategy_fields
-from vramtune.runner import Backend
+from vramtune.probing import interrupts
+from vramtune.probing.runner import Backend
+from vramtune.render import console as render
 from vramtune.spec import Spec, SpecError, load_spec
+from vramtune.tuning import session
 
 EXIT_OK, EXIT_NO_FIT, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 

@@ -6,13 +6,13 @@ from typing import Optional
 
 import typer
 
-from vramtune import render
 from vramtune.commands import common
 from vramtune.doctor import saved
 from vramtune.doctor.base import FAIL, PASS, SKIP
 from vramtune.doctor.battery import run_doctor
 from vramtune.doctor.running import checks_of
-from vramtune.runner import Backend, DeviceError
+from vramtune.probing.runner import Backend, DeviceError
+from vramtune.render import console as render
 from vramtune.spec.schema import DEVICE_PATTERN
 
 

@@ -8,21 +8,21 @@ from typing import List, Optional
 
 import typer
 
-from vramtune import render
 from vramtune.commands import common
+from vramtune.core.records import ProbeResult
+from vramtune.core.units import SizeError, parse_size
 from vramtune.dialects.kits import KITS
 from vramtune.dialects.kits import export as kit_export
 from vramtune.estimating.answer import answer
-from vramtune.estimating.answer_render import render_answer
 from vramtune.estimating.asking import question
-from vramtune.estimating.held import notes as held_notes
-from vramtune.estimating.model import Row
 from vramtune.estimating.run import estimate, gpu_probes
-from vramtune.records import ProbeResult
-from vramtune.runner import Backend
+from vramtune.memory.held import notes as held_notes
+from vramtune.memory.state import Row
+from vramtune.probing.runner import Backend
+from vramtune.probing.store import StoreError
+from vramtune.render import console as render
+from vramtune.render.answer import render_answer
 from vramtune.spec import Problem, Spec, SpecError
-from vramtune.store import StoreError
-from vramtune.units import SizeError, parse_size
 
 
 def _size(flag: str, value: str, path: Path) -> int:
@@ -33,7 +33,7 @@ def _size(flag: str, value: str, path: Path) -> int:
 
 
 def _calibration(path: Path) -> list[ProbeResult]:
-    from vramtune.report import Report
+    from vramtune.core.report import Report
     from vramtune.spec import read_yaml
 
     try:

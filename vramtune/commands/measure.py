@@ -6,10 +6,13 @@ from typing import Any, List, Optional
 
 import typer
 
-from vramtune import checking, render, session, stated
+from vramtune.checking import gate as checking
+from vramtune.checking import stated
 from vramtune.commands import common
-from vramtune.runner import Backend
+from vramtune.probing.runner import Backend
+from vramtune.render import console as render
 from vramtune.spec import Problem, SpecError
+from vramtune.tuning import session
 
 
 def register(app: typer.Typer, backend: Backend) -> None:

@@ -8,7 +8,7 @@ import sys
 from importlib import metadata
 
 from vramtune.estimating.answer import installed_paddle
-from vramtune.runner import Backend, ChildBackend
+from vramtune.probing.runner import Backend, ChildBackend
 from vramtune.sources import SOURCES
 from vramtune.spec import Problem, Spec, SpecError
 

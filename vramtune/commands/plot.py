@@ -7,9 +7,12 @@ from typing import List, Optional
 
 import typer
 
-from vramtune import chart, export, render, session
+from vramtune import export
 from vramtune.commands import common
-from vramtune.runner import Backend
+from vramtune.probing.runner import Backend
+from vramtune.render import chart
+from vramtune.render import console as render
+from vramtune.tuning import session
 
 
 def register(app: typer.Typer, backend: Backend) -> None:

@@ -8,9 +8,10 @@ from typing import Any, List, Optional
 
 import typer
 
-from vramtune import render, session
 from vramtune.commands import common
-from vramtune.runner import Backend
+from vramtune.probing.runner import Backend
+from vramtune.render import console as render
+from vramtune.tuning import session
 
 
 def register(app: typer.Typer, backend: Backend) -> None:

@@ -6,9 +6,9 @@ from typing import List, Optional
 
 import typer
 
-from vramtune import render
 from vramtune.commands import common
-from vramtune.runner import Backend
+from vramtune.probing.runner import Backend
+from vramtune.render import console as render
 from vramtune.spec import SpecError, load_spec
 
 

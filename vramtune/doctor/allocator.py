@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from vramtune.core.records import Device
+from vramtune.core.units import format_bytes
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
-from vramtune.records import Device
-from vramtune.units import format_bytes
 
 GROWING = "auto_growth"  # Paddle's default: the pool grows with what is allocated
 

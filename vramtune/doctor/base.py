@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vramtune.records import Device
+from vramtune.core.records import Device
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 MiB = 2**20

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune import __version__
+from vramtune.core.records import Device
 from vramtune.doctor.base import FAIL, SKIP, Check, CheckResult, CheckRun, Verdict, device_arg
 from vramtune.doctor.checks import checks as every_check
 from vramtune.doctor.running import TIMEOUT, Checks
-from vramtune.records import Device
-from vramtune.store import device_lock_path, file_lock
+from vramtune.probing.store import device_lock_path, file_lock
 
 Say = Callable[[str], None]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vramtune.core.records import Device
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict
-from vramtune.records import Device
 
 LIMIT_MB = 256  # the budget the child runs under
 STEP_MB = 64  # allocated at a time, up to twice the limit
@@ -27,9 +27,9 @@ class BudgetEnforced(Check):
     def measure(self, device: Device, part: str) -> dict[str, Any]:
         import paddle
 
+        from vramtune.core.oom import is_oom
+        from vramtune.core.text import short_error
         from vramtune.doctor.workload import use
-        from vramtune.oom import is_oom
-        from vramtune.text import short_error
 
         use(device)
         kept, allocated = [], 0

@@ -8,7 +8,7 @@ from vramtune.doctor import saved
 from vramtune.doctor.base import PASS
 from vramtune.doctor.battery import DoctorResult
 from vramtune.doctor.checks import checks
-from vramtune.estimating.model import Factors
+from vramtune.memory.state import Factors
 
 CARD_MATCH = 0.1  # a 24 GiB card is 23.6 GiB to Paddle; an "80GB" one 79.2 GiB
 

@@ -13,15 +13,15 @@ import sys
 import zlib  # noqa: F401  before Paddle: 2.6's libpaddle exports its own zlib, which breaks Python's if loaded first
 from typing import NoReturn
 
-from vramtune.files import write_atomic
-from vramtune.records import Device
+from vramtune.core.files import write_atomic
+from vramtune.core.records import Device
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     from vramtune.child.rank import die_with_launcher, rank, world_size
+    from vramtune.core.oom import is_oom
+    from vramtune.core.text import short_error
     from vramtune.doctor.checks import by_name
-    from vramtune.oom import is_oom
-    from vramtune.text import short_error
 
     die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m vramtune.doctor.child")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from vramtune.core.records import Device
+from vramtune.core.units import format_bytes as size_of
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, MiB, Verdict, failed_run
-from vramtune.records import Device
-from vramtune.units import format_bytes as size_of
 
 SIZE = 64 * MiB  # the known allocation
 NEAR_ZERO = 16 * MiB  # a fresh process's peak before it allocates anything

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vramtune.core.records import Device
+from vramtune.core.units import format_bytes
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
 from vramtune.mechanisms import MECHANISMS
-from vramtune.records import Device
-from vramtune.units import format_bytes
 
 
 class DeviceFacts(Check):

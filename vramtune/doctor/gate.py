@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from vramtune.core.records import Device
 from vramtune.doctor import saved as saved_results
 from vramtune.doctor.base import FAIL
 from vramtune.doctor.battery import run_doctor
 from vramtune.doctor.checks import GATING
 from vramtune.doctor.running import checks_of
-from vramtune.records import Device
 
 
 class DoctorFailed(Exception):

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vramtune.doctor.base import Check, CheckRun
-from vramtune.ranks import launcher_env, rank_logs, read_rank_results
-from vramtune.runner import ChildBackend, ChildProcess, child_command, classify
+from vramtune.probing.ranks import launcher_env, rank_logs, read_rank_results
+from vramtune.probing.runner import ChildBackend, ChildProcess, child_command, classify
 
 CHILD = Path(__file__).resolve().parent / "child.py"
 TIMEOUT = 300.0  # seconds per part

@@ -10,7 +10,7 @@ from paddle.base import core
 
 from vramtune.child.counters import MemoryCounters
 from vramtune.child.rank import rank
-from vramtune.records import Device
+from vramtune.core.records import Device
 
 WIDTH, HEADS, LAYERS, SEQ, BATCH = 256, 4, 2, 128, 8  # ~1.6M parameters; activations ~100 MiB in fp32
 

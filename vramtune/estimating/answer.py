@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from vramtune.core.records import Budget, ProbeResult
+from vramtune.core.report import Tuned
+from vramtune.core.strategy import Strategy
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating.analytic import FLASH, activations
-from vramtune.estimating.architecture import Architecture, architecture, count
-from vramtune.estimating.model import Counts, Factors, Given, Row, row
 from vramtune.estimating.run import calibrated
 from vramtune.mechanisms import BY_NAME, MECHANISMS, formers_defaults
-from vramtune.records import Budget, ProbeResult
-from vramtune.report import Tuned
-from vramtune.strategy import Strategy
+from vramtune.memory.analytic import FLASH, activations
+from vramtune.memory.architecture import Architecture, architecture, count
+from vramtune.memory.state import Counts, Factors, Given, Row, row
 
 FINE_TUNINGS = ("LoRA", "full")
 FORMERS_DEFAULTS = formers_defaults()  # what PaddleFormers takes for the keys the mechanisms read

@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.reading import Problem, SpecError
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.reading import formers_data, parse_overrides, spec_from_config
 from vramtune.estimating.answer import Question
-from vramtune.estimating.architecture import ArchitectureError, architecture, read_config
-from vramtune.reading import Problem, SpecError
+from vramtune.memory.architecture import ArchitectureError, architecture, read_config
 
 
 def is_model_config(path: Path) -> bool:

@@ -17,22 +17,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NamedTuple
 
+from vramtune.core.records import Budget, ProbeResult
+from vramtune.core.report import Report
+from vramtune.core.strategy import Strategy
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating import held
-from vramtune.estimating.model import ActivationFit, Counts, Factors, Given, Row, own_parts, row, state
-from vramtune.estimating.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
-from vramtune.forking import ForkServer
 from vramtune.mechanisms import MECHANISMS, micro_batch_floor
 from vramtune.mechanisms.precision import level_of
-from vramtune.records import Budget, ProbeResult
-from vramtune.report import Report
-from vramtune.runner import DeviceError
+from vramtune.memory import held
+from vramtune.memory.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
+from vramtune.memory.state import ActivationFit, Counts, Factors, Given, Row, own_parts, row, state
+from vramtune.probing.forking import ForkServer
+from vramtune.probing.runner import DeviceError
+from vramtune.probing.store import device_lock_path, file_lock
 from vramtune.search import BuildFailure
-from vramtune.session import job_for, unsupported
 from vramtune.sources import SOURCES
 from vramtune.spec import Spec, apply_overrides, spec_from_dict
-from vramtune.store import device_lock_path, file_lock
-from vramtune.strategy import Strategy
+from vramtune.tuning.session import job_for, unsupported
 
 PROBE_STATE_CAP = 5 << 28  # a probe's fp32 weights, gradients and AdamW state at its deepest: narrower above this
 # (a ~110M Llama's 3 layers and embeddings, 1.1 GB, probe at full width; a 7B layer alone is 3.2 GB)

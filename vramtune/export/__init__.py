@@ -4,11 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.files import write_atomic
+from vramtune.core.report import Report
 from vramtune.dialects.kits import export as kit_config
 from vramtune.dialects.paddleformers import export as formers_config
-from vramtune.export import arguments_file, paddlenlp_args, yaml_spec
-from vramtune.files import write_atomic
-from vramtune.report import Report
+from vramtune.dialects.paddlenlp import arguments_file
+from vramtune.dialects.paddlenlp import export as paddlenlp_args
+from vramtune.dialects.spec import export as yaml_spec
 from vramtune.sources import SOURCES
 
 FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file, kit_config,

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from vramtune import mechanisms
+from vramtune.core.records import ProbeResult
+from vramtune.core.report import Tuned
+from vramtune.core.strategy import Strategy
 from vramtune.mechanisms import MECHANISMS
-from vramtune.records import ProbeResult
-from vramtune.report import Tuned
 from vramtune.search.choice import choose
-from vramtune.strategy import Strategy
 
 Measure = Callable[[Strategy], ProbeResult]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramtune.core.reading import positive
 from vramtune.mechanisms.base import Field, Mechanism, Option
-from vramtune.reading import positive
 
 SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
 
@@ -102,7 +102,7 @@ class Accumulation(Mechanism):
 
     def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""
-        from vramtune.layer_kinds import BATCHNORM
+        from vramtune.memory.layer_kinds import BATCHNORM
 
         return model, {"batchnorm_layers": sum(isinstance(layer, BATCHNORM) for layer in model.sublayers())}
 

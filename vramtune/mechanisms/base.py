@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
+    from vramtune.core.reading import Section, Sections
+    from vramtune.core.records import Budget, Device, ProbeResult
+    from vramtune.core.report import Tuned
+    from vramtune.core.strategy import Strategy
     from vramtune.doctor.base import Check
-    from vramtune.estimating.architecture import Architecture
-    from vramtune.estimating.model import Counts, Factors, Given
-    from vramtune.reading import Section, Sections
-    from vramtune.records import Budget, Device, ProbeResult
-    from vramtune.report import Tuned
+    from vramtune.memory.architecture import Architecture
+    from vramtune.memory.state import Counts, Factors, Given
     from vramtune.search.ladder import Tuner
-    from vramtune.strategy import Strategy
 
 
 @dataclass(frozen=True)

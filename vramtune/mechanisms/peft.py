@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from vramtune.core.reading import Section, positive
 from vramtune.mechanisms.base import Mechanism
-from vramtune.reading import Section, positive
 
 # the llm script's get_lora_target_modules, by base_model_prefix (GPT: llm/gpt-3's own script)
 LORA_TARGETS = {
@@ -92,7 +92,7 @@ def _lora(value: Any, section: Section) -> Lora | None:
 
 def _saved_config(arguments: Section, key: str, name: str) -> dict[str, Any]:
     """The configuration saved next to adapter weights (lora_config.json, prefix_config.json); never the weights."""
-    from vramtune.spec.arguments import local_path
+    from vramtune.dialects.paddlenlp.reading import local_path
 
     value = arguments.get(key, str, None)
     if not value:

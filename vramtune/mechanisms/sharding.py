@@ -6,8 +6,8 @@ In the search: at the whole batch, stage 1 measured and higher stages where pred
 outer alternative, searched in depth where it lets a larger micro-batch fit than without."""
 from __future__ import annotations
 
+from vramtune.core.reading import Section
 from vramtune.mechanisms.base import Field, Mechanism
-from vramtune.reading import Section
 
 STAGES = (0, 1, 2, 3)
 PARTITIONED = {1: ("optimizer",), 2: ("optimizer", "gradient"), 3: ("optimizer", "gradient", "weight")}

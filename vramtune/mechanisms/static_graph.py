@@ -5,8 +5,8 @@ Not tried for PaddleNLP models: their Trainer converts with its own to_static pa
 not what the Trainer would run."""
 from __future__ import annotations
 
+from vramtune.core.reading import refuse_when_on
 from vramtune.mechanisms.base import Field, Mechanism
-from vramtune.reading import refuse_when_on
 
 KIT_KEY = "Global.to_static"  # both kits' (PaddleClas, PaddleOCR): the model compiled with paddle.jit.to_static
 

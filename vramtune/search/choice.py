@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vramtune.core.records import ProbeResult
+from vramtune.core.strategy import Strategy
 from vramtune.mechanisms import MECHANISMS
-from vramtune.records import ProbeResult
-from vramtune.strategy import Strategy
 
 TIE = 0.02  # throughputs within 2% are a tie: the simpler configuration wins
 

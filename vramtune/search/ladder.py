@@ -16,15 +16,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from vramtune.core.records import Budget, Device, ProbeResult
+from vramtune.core.strategy import Strategy
+from vramtune.core.units import format_bytes
 from vramtune.mechanisms import BY_NAME, MECHANISMS, Facts, Mechanism, micro_batch_floor
-from vramtune.records import Budget, Device, ProbeResult
+from vramtune.memory.line import MemoryModel, memory_group
+from vramtune.memory.prior import PRIOR_ERROR, PRIOR_MARGIN
 from vramtune.search import roles
-from vramtune.search.activations import PRIOR_ERROR, PRIOR_MARGIN
 from vramtune.search.choice import TIE, choose
-from vramtune.search.memory import MemoryModel, memory_group
 from vramtune.search.speed import SpeedModel
-from vramtune.strategy import Strategy
-from vramtune.units import format_bytes
 
 Measure = Callable[[Strategy], ProbeResult]
 Progress = Callable[[str, Strategy, "ProbeResult | None"], None]  # (rung, strategy, None before / result after)

@@ -4,10 +4,10 @@ axis (recompute) then costs a measured fraction of throughput per unit of it (pe
 decides what is not worth probing; choices are always measured."""
 from __future__ import annotations
 
+from vramtune.core.records import ProbeResult
+from vramtune.core.strategy import Strategy
 from vramtune.mechanisms import MECHANISMS, Mechanism
-from vramtune.records import ProbeResult
-from vramtune.search.fitting import least_squares
-from vramtune.strategy import Strategy
+from vramtune.memory.fitting import least_squares
 
 
 def speed_group(strategy: Strategy) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from vramtune.reading import Section
+    from vramtune.core.reading import Section
 
 
 class BuildError(Exception):

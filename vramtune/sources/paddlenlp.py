@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vramtune.reading import positive
+from vramtune.core.reading import positive
+from vramtune.core.text import did_you_mean
 from vramtune.sources.base import BuildError, BuiltModel, Source
-from vramtune.text import did_you_mean
 
 TASKS = {"causal-lm": "ForCausalLM", "sequence-classification": "ForSequenceClassification",
          "token-classification": "ForTokenClassification", "question-answering": "ForQuestionAnswering"}

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vramtune.oom import looks_like_oom
-from vramtune.reading import Section, positive
+from vramtune.core.oom import looks_like_oom
+from vramtune.core.reading import Section, positive
 from vramtune.sources.base import BuildError, BuiltModel, Source
 
 LOSSES = ("cross_entropy", "mse", "model")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vramtune.reading import positive
+from vramtune.core.reading import positive
 from vramtune.sources.base import BuildError, BuiltModel, Source
 
 ARCHS = (

@@ -1,5 +1,5 @@
 """The model spec: a strict YAML reader (every problem at once) and the records it produces."""
-from vramtune.reading import Problem, SpecError
+from vramtune.core.reading import Problem, SpecError
 from vramtune.spec.files import apply_overrides, load_spec, read_yaml, require_tuned
 from vramtune.spec.schema import ProbeSettings, Spec, TrainSettings, default_settings, spec_from_dict
 

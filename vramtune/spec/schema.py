@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.reading import Problem, Section, Sections, SpecError, describe, positive
+from vramtune.core.units import SizeError, parse_size
 from vramtune.mechanisms import MECHANISMS, fixed_fields
-from vramtune.reading import Problem, Section, Sections, SpecError, describe, positive
 from vramtune.sources import SOURCES
-from vramtune.units import SizeError, parse_size
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|gpu|gpu:\d+)$")

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import vramtune.sources  # noqa: F401  the source registry imports the kit modules: load it first
+from vramtune.core.reading import Problem, SpecError
 from vramtune.dialects.kits import paddleclas, paddledetection, paddleocr, paddleseg
 from vramtune.dialects.kits.config import Kit, KitError
-from vramtune.reading import Problem, SpecError
 
 KITS: dict[str, Kit] = {kit.name: kit for kit in (paddleclas.KIT, paddleocr.KIT, paddleseg.KIT, paddledetection.KIT)}
 

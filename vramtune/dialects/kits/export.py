@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
+from vramtune.core.report import Report, Tuned
 from vramtune.dialects.kits import tags
-from vramtune.recorded_budget import with_budget_line
-from vramtune.report import Report, Tuned
-from vramtune.roundtrip import set_keys
+from vramtune.dialects.recorded import with_budget_line
+from vramtune.dialects.roundtrip import set_keys
 
 NAME, SUFFIX = "kit", ".tuned.yml"
 ACCEPTED = None  # the search explores only what the kit's config can say (spec(): recompute and sharding off)

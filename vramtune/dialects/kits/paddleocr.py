@@ -115,7 +115,7 @@ class PaddleOCR(Kit):
         return yaml.safe_load(text)
 
     def option_text(self, value: Any) -> str:
-        from vramtune.roundtrip import value_text
+        from vramtune.dialects.roundtrip import value_text
 
         return value_text(value)
 

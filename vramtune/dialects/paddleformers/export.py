@@ -13,11 +13,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.report import Report, Tuned
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
+from vramtune.dialects.recorded import with_budget_line
+from vramtune.dialects.roundtrip import DELETE, set_keys, value_text
 from vramtune.mechanisms import MECHANISMS
-from vramtune.recorded_budget import with_budget_line
-from vramtune.report import Report, Tuned
-from vramtune.roundtrip import DELETE, set_keys, value_text
 
 NAME, SUFFIX = "paddleformers", ".tuned"
 ACCEPTED = None  # the search explores only what the file can say (recompute every layer or none; no to_static)

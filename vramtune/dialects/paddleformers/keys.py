@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from vramtune.reading import switched_on as _on  # a flag switched on, as the tools read it
+from vramtune.core.reading import switched_on as _on  # a flag switched on, as the tools read it
 
 ESTIMATE = "or estimate it without measuring: vramtune estimate"
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vramtune.files import write_atomic
+from vramtune.core.files import write_atomic
 
 TIMEOUT = 600  # seconds for one pass over the training data
 SHOWN_CHARACTERS = 60

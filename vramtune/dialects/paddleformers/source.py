@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.reading import positive
 from vramtune.dialects.paddleformers import keys
-from vramtune.reading import positive
 from vramtune.sources.base import BuildError, BuiltModel, Source
 
 # imports that need paddlefleet (not on PyPI): the architectures PaddleFormers 1.2 builds through it

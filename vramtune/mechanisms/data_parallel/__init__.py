@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
+from vramtune.core.reading import positive
 from vramtune.mechanisms.base import Field, Launch, Mechanism, Option
-from vramtune.reading import positive
 
 WORKER = Path(__file__).resolve().parents[2] / "child" / "worker.py"
 
@@ -90,7 +90,7 @@ class DataParallel(Mechanism):
 
     def doctor_checks(self) -> tuple:
         """Two NCCL ranks each measure their own peak, as multi-rank probes do (sharding's too)."""
-        from vramtune.mechanisms.data_parallel.doctor import CHECK
+        from vramtune.doctor.ranks import CHECK
 
         return (CHECK,)
 
@@ -104,7 +104,7 @@ class DataParallel(Mechanism):
         rendezvous and nothing inherited that would reconfigure the launcher; each rank writes OUT.rankN."""
         if strategy.devices == 1:
             return None
-        from vramtune.ranks import launcher_env
+        from vramtune.probing.ranks import launcher_env
 
         argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.devices),
                 "--log_dir", "log", "--job_id", "vramtune", "--log_overwrite", "true", "--max_restart", "0",

@@ -18,8 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vramtune.core.reading import Section, positive, refuse_when_on
 from vramtune.mechanisms.base import Mechanism
-from vramtune.reading import Section, positive, refuse_when_on
 
 KEEP = ("logits", "predictions", "loss")
 MAX_MEASUREMENTS = 6  # evaluation batches measured per probe
@@ -114,7 +114,7 @@ class Evaluation(Mechanism):
         chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
         if chosen is None:
             return []
-        from vramtune.units import format_bytes
+        from vramtune.core.units import format_bytes
 
         peak = _total(facts["eval_peaks"].get(str(chosen)), facts, chosen)
         kept = facts["eval_kept"][str(chosen)]

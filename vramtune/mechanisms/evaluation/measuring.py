@@ -6,8 +6,8 @@ from typing import Any
 
 import paddle
 
+from vramtune.core.oom import is_oom
 from vramtune.mechanisms.evaluation import MAX_MEASUREMENTS, kept_factor
-from vramtune.oom import is_oom
 
 
 class EvaluationRun:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from vramtune.core.reading import Section
+from vramtune.core.text import did_you_mean
 from vramtune.mechanisms.base import Field, Mechanism, Option
-from vramtune.reading import Section
-from vramtune.text import did_you_mean
 
 PURE = "-o2"  # suffix of the O2 precisions
 SAFE = "-safe"  # fp16-safe: fp16 with the ops that overflow first kept in fp32 (the guide's answer to a NaN
@@ -166,7 +166,7 @@ class Precision(Mechanism):
 
     def activation_scale(self, strategy) -> float:
         """The estimate's stated factors: AMP O1 keeps ~0.55 of fp32's activation bytes, O2 ~0.5."""
-        from vramtune.estimating.model import Factors
+        from vramtune.memory.state import Factors
 
         return self.activation_factor(strategy, Factors())
 
@@ -289,7 +289,7 @@ class Precision(Mechanism):
     # -- `vramtune doctor` ------------------------------------------------------------------------------
     def doctor_checks(self) -> tuple:
         """AMP O1/O2's casts, GradScaler, and AMP's activations (they calibrate `estimate`)."""
-        from vramtune.mechanisms.precision.doctor import CHECK
+        from vramtune.doctor.amp import CHECK
 
         return (CHECK,)
 

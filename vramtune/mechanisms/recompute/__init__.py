@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from vramtune.dialects.roundtrip import DELETE
 from vramtune.mechanisms.base import Field, Mechanism, Option
-from vramtune.roundtrip import DELETE
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
 GRANULARITIES = ("full", "full_attn", "core_attn")  # full: the whole block; the others only PaddleNLP models know
@@ -136,7 +136,7 @@ class Recompute(Mechanism):
         """What the model's code can recompute: every layer or none in PaddleFormers' own code, where a layer
         recomputes only when its input needs a gradient (under LoRA never the first: the embeddings are frozen);
         a quarter, half, three quarters too in the paddlefleet models. Inside the precisions and stages."""
-        from vramtune.estimating.model import recompute_levels
+        from vramtune.memory.state import recompute_levels
 
         if self.formers_facts(arch.model_type)["recompute_options"]["partial"]:
             levels = recompute_levels(arch.layers)
@@ -147,7 +147,7 @@ class Recompute(Mechanism):
     def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
         """None, a quarter, half, three quarters, every counted layer, where the spec allows recompute and the fit
         says recomputing every layer saves memory; none otherwise. Inside the precisions and stages."""
-        from vramtune.estimating.model import recompute_levels
+        from vramtune.memory.state import recompute_levels
 
         fit, layers = context.fit, context.counts.layers
         saves = fit.s0 + fit.s1 * layers / fit.width_scale > 0
@@ -262,7 +262,7 @@ class Recompute(Mechanism):
     # -- `vramtune doctor` ------------------------------------------------------------------------------
     def doctor_checks(self) -> tuple:
         """vramtune's wrapper and the model library's own recompute lower a small transformer's peak."""
-        from vramtune.mechanisms.recompute.doctor import CHECK
+        from vramtune.doctor.recompute import CHECK
 
         return (CHECK,)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import paddle
 
-from vramtune.layer_kinds import layer_count
 from vramtune.mechanisms.recompute.blocks import BlockError, rng_state_can_be_preserved
+from vramtune.memory.layer_kinds import layer_count
 
 
 @dataclass(frozen=True)

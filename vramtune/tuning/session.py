@@ -1,0 +1,202 @@
+"""The tuning session: a spec bound to a device, a budget, its saved results and a measuring backend.
+
+It owns what the CLI must not: locking, saved-result reuse, flag validation, turning build failures into user
+errors, and the report. The backend is pluggable (`runner.ChildBackend` for real probes, fake devices in tests),
+so every command's behaviour can be exercised without Paddle.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from vramtune.core.records import Budget, Device, ProbeJob, ProbeResult
+from vramtune.core.report import Report
+from vramtune.core.strategy import Strategy
+from vramtune.dialects.roundtrip import RoundTripError
+from vramtune.doctor.gate import DoctorFailed, require_doctor
+from vramtune.export import ExportError
+from vramtune.mechanisms import MECHANISMS, strategy_fields
+from vramtune.memory.counted import counted_state, given_for
+from vramtune.memory.prior import activation_prior
+from vramtune.probing import interrupts
+from vramtune.probing.runner import Backend, DeviceError
+from vramtune.probing.store import ResultStore, StoreError, device_lock_path, file_lock, spec_key
+from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
+from vramtune.sources import SOURCES
+from vramtune.spec import Problem, Spec, SpecError
+
+Say = Callable[[str], None]
+
+
+USER_ERRORS = (SpecError, DeviceError, StoreError, BuildFailure, ExportError, DoctorFailed,  # exit code 2
+               RoundTripError)
+
+
+@dataclass
+class Session:
+    spec: Spec
+    device: Device
+    budget: Budget
+    store: ResultStore
+    backend: Backend
+    shapes_checked: bool = False  # a probe of this spec measured: its data fit its model, the next skip the check
+    doctor_checked: bool = False  # the checks GPU measurements depend on passed (vramtune/doctor/gate.py)
+
+
+def resolve_budget(spec: Spec, device: Device) -> int:
+    """The spec's budget, or the device's total memory for `auto` (GPU only: a CPU budget is virtual)."""
+    if spec.budget is not None:
+        return spec.budget
+    if device.kind == "cpu":
+        raise SpecError([Problem(spec.path, "budget", "is required on cpu (a size like 512MiB, or --budget): the "
+                                                      "CPU budget is virtual; 'auto' means a GPU's memory")])
+    return device.total_bytes
+
+
+def open_session(spec: Spec, backend: Backend, warn: Say, device: Device | None = None,
+                 budget_bytes: int | None = None) -> Session:
+    device = device or backend.describe(spec.device)
+    budget = Budget(budget_bytes or resolve_budget(spec, device), spec.headroom)
+    identity = SOURCES[spec.source].identity(spec.model, spec.base_dir)
+    return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device, identity), warn=warn), backend)
+
+
+def job_for(spec: Spec, strategy: Strategy, device: Device, budget: Budget) -> ProbeJob:
+    settings = {m.name: child for m in MECHANISMS
+                if (child := m.child_settings(spec.settings.get(m.name), budget)) is not None}
+    return ProbeJob(source=spec.source, model=SOURCES[spec.source].to_json(spec.model), spec_path=spec.path,
+                    spec_dir=str(Path(spec.path).resolve().parent),
+                    optimizer=spec.train.optimizer, learning_rate=spec.train.learning_rate,
+                    strategy=strategy.to_json(), device=device.to_json(), steps=spec.probe.steps,
+                    warmup=spec.probe.warmup, settings=settings, max_grad_norm=spec.train.max_grad_norm)
+
+
+def unsupported(strategy: Strategy, device: Device) -> str | None:
+    """Why the device cannot run the strategy (the first mechanism that says), or None."""
+    return next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
+
+
+def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
+    """One isolated probe, judged against the budget. A mechanism the device cannot run is `unsupported`."""
+    reason = unsupported(strategy, session.device)
+    if reason:
+        return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
+                           device={"name": session.device.name, "kind": session.device.kind},
+                           paddle_version=session.device.paddle_version)
+    if session.device.kind == "gpu" and not session.doctor_checked:
+        require_doctor(session.device, session.backend, on_wait)
+        session.doctor_checked = True
+    job = job_for(session.spec, strategy, session.device, session.budget)
+    job.check_sample = not session.shapes_checked
+    with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
+        result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
+    session.shapes_checked = session.shapes_checked or result.peak_bytes is not None  # it trained
+    return result.judged(session.budget)
+
+
+def measure_checked(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
+    """measure(), with a model that cannot be built turned into a user error."""
+    result = measure(session, strategy, on_wait)
+    if result.error_kind == "build":
+        raise BuildFailure(result.error)
+    return result
+
+
+def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
+    """The strategy `vramtune measure` was given; every bad flag is reported at once (exit 2)."""
+    problems = []
+    for field in strategy_fields():
+        value = values.get(field.name)
+        message = field.check(value) if value is not None else None
+        if message:
+            problems.append(Problem(spec.path, field.flag, message))
+    fixed = {k: v for m in MECHANISMS for k, v in m.fixed(spec.settings.get(m.name)).items()}
+    values = {**fixed, **{k: v for k, v in values.items() if v is not None}}
+    micro, devices = values.get("micro_batch") or 0, values.get("devices", 1)
+    per_rank = spec.train.target_batch // devices
+    if values.get("accumulation") is None:
+        if micro > 0 and per_rank % micro:
+            problems.append(Problem(spec.path, "--micro-batch", (
+                f"{micro} does not divide train.target_batch {spec.train.target_batch}"
+                + (f" over {devices} devices" if devices > 1 else "") + "; give --accumulation explicitly")))
+        values["accumulation"] = max(1, per_rank // max(micro, 1))
+    if problems:
+        raise SpecError(problems)
+    return Strategy.from_json(values)
+
+
+def count_model(session: Session) -> dict[str, Any] | None:
+    """The model's lazy count (child/counting.py, built without memory), or None where it cannot be counted."""
+    job = job_for(session.spec, Strategy(), session.device, session.budget)
+    try:
+        return session.backend.count(job, session.spec.probe.timeout)
+    except DeviceError:
+        return None
+
+
+def search_problem(session: Session) -> SearchProblem:
+    """What the search needs to know: the target, the candidates, the budget, the device, each mechanism's
+    settings, the state counted before the first probe (counted once, when the search first asks) and the
+    activations per sample predicted from the model's config.json where its source names one."""
+    spec = session.spec
+    return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
+                         budget=session.budget, device=session.device, settings=spec.settings,
+                         speed_rises_with_batch=session.device.kind == "gpu",
+                         state=counted_state(lambda: count_model(session), given_for(spec.train.optimizer,
+                                                                                     spec.settings)),
+                         activations=activation_prior(spec.model, session.device.kind))
+
+
+def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
+    """The result of a tuning run (also what `apply` reads back)."""
+    device = session.device
+    return Report(spec=session.spec.name, spec_path=session.spec.path, device_name=device.name,
+                  device_kind=device.kind, device_bytes=device.total_bytes, paddle_version=device.paddle_version,
+                  budget=session.budget, target_batch=session.spec.train.target_batch, chosen=outcome.chosen,
+                  probes=outcome.probes, notes=SOURCES[session.spec.source].notes(session.spec.model, device.kind)
+                  + outcome.notes, closest=outcome.closest,
+                  suggestions=SOURCES[session.spec.source].suggestions(session.spec.model, outcome.suggestions),
+                  reused=reused, interrupted=interrupted, seconds=seconds)
+
+
+def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> Report:
+    """Run the ladder under the spec's lock; every probe is saved as soon as it finishes. Ctrl-C, SIGTERM or SIGHUP
+    (vramtune/interrupts.py) returns the partial report (interrupted: true) with every probe saved so far."""
+    with session.store.locked(on_wait=on_wait):
+        start = time.monotonic()
+        if fresh:
+            session.store.clear()
+        saved = session.store.load()
+        reused = 0
+        finished: dict[Strategy, ProbeResult] = {}  # measured (and saved) by this run
+
+        def measure_saving(strategy: Strategy) -> ProbeResult:
+            nonlocal reused
+            if strategy in saved:
+                reused += 1
+                result = saved[strategy]
+                result.reused = True
+                return result
+            with interrupts.until_saved():  # a signal once the probe is over is handled once it is saved and noted
+                result = measure(session, strategy, on_wait)
+                with interrupts.deferred():  # held where no probe answered, too (unsupported, a fake device)
+                    if result.error_kind != "build":  # a build error is fixed in code the cache key may not see
+                        session.store.save(result)
+                    finished[strategy] = result
+            return result
+
+        tuner = Tuner(measure_saving, search_problem(session), progress)
+        interrupted = False
+        try:
+            outcome = tuner.run()
+        except KeyboardInterrupt:
+            interrupted = True
+            for strategy, result in finished.items():  # saved, but interrupted before the search noted it
+                tuner.results.setdefault(strategy, result)
+            outcome = tuner.finish()
+        result = report(session, outcome, time.monotonic() - start, reused, interrupted)
+        if not interrupted:
+            session.store.save_summary(result)
+    return result
