@@ -17,8 +17,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fakes import Shape, gpu_shapes  # noqa: E402
 
-from vramtune.core.strategy import Strategy  # noqa: E402
-from vramtune.mechanisms.precision import dtype_of  # noqa: E402
+from vramtune.core.strategy import Strategy, dtype_of  # noqa: E402
 from vramtune.search import SearchProblem, Tuner  # noqa: E402
 
 

@@ -77,7 +77,7 @@ def grid(session, sizes: list[int], target: int) -> tuple[dict, float, float]:
     count = Counter(session)
     first = Strategy(precision="fp32", micro_batch=sizes[0], accumulation=target // sizes[0])
     results = {first: count(first)}
-    blocks = results[first].facts_of("recompute").get("total_blocks") or 0
+    blocks = results[first].facts.get("total_blocks") or 0
     spreads = []
     for micro in sizes:
         for recomputed in range(blocks + 1):

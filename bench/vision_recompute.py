@@ -45,7 +45,7 @@ def measure(arch: str, size: int, batch: int, recomputed: int) -> dict:
                    print)
     if not result.measured:
         raise RuntimeError(f"{arch} r={recomputed}: {result.status}: {result.error}")
-    facts = result.facts_of("recompute")
+    facts = result.facts
     return {"peak": result.peak_bytes, "total": facts.get("total_blocks"), "path": facts.get("block_path")}
 
 

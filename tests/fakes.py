@@ -23,9 +23,9 @@ import signal
 from dataclasses import dataclass, field
 
 from vramtune.core.records import Budget, Device, ProbeJob, ProbeResult
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import AMP_PRECISIONS, Strategy, dtype_of, level_of
 from vramtune.mechanisms.accumulation import AccumulationSearch
-from vramtune.mechanisms.precision import AMP_PRECISIONS, PrecisionSettings, dtype_of, level_of
+from vramtune.mechanisms.precision import PrecisionSettings
 from vramtune.mechanisms.recompute import RecomputeSettings
 from vramtune.mechanisms.sharding import MECHANISM as SHARDING
 from vramtune.search import SearchProblem
@@ -138,8 +138,8 @@ class FakeDevice:
         if self.amp_unsupported.get(dtype_of(s.precision)):
             return ProbeResult("unsupported", s, error=self.amp_unsupported[dtype_of(s.precision)])
         counts = self.rank_counts(s)
-        facts = {"recompute": {"total_blocks": self.blocks, "block_path": "blocks"},
-                 **({"accumulation": {"batchnorm_layers": self.batchnorm_layers}} if self.batchnorm_layers else {})}
+        facts = {**({"batchnorm_layers": self.batchnorm_layers} if self.batchnorm_layers else {}),
+                 "total_blocks": self.blocks, "block_path": "blocks"}
         base = ProbeResult("measured", s, facts=facts,
                            weight_bytes=int(counts["weight"]),
                            gradient_bytes=int(counts["gradient"]), optimizer_bytes=int(counts["optimizer"]),

@@ -21,7 +21,7 @@ import paddle
 from vramtune.child.preparing import OptimizerOrFactory, Prepared, configure, prepare
 from vramtune.core.records import Budget
 from vramtune.core.report import Tuned
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 from vramtune.spec import load_spec, require_tuned
 
 

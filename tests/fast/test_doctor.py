@@ -12,7 +12,6 @@ from conftest import CONFIGS, SPECS, mlp_spec
 from fakes import BLOCK, FakeDevice, MiB, gpu
 
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict
-from vramtune.mechanisms import Mechanism, register, unregister
 from vramtune.probing.runner import ChildOutcome, classify
 
 SPEC = CONFIGS / "mlp-python-cpu.yaml"
@@ -359,24 +358,3 @@ class Offload(Check):
         return Verdict(PASS if moved else FAIL, f"{moved} bytes moved", "" if moved else "offload saves nothing")
 
 
-class OffloadMechanism(Mechanism):
-    name = "offload"
-
-    def doctor_checks(self) -> tuple:
-        return (Offload(),)
-
-
-def test_a_new_mechanism_is_checked_by_its_own_check_in_registry_order(doctor_cli):
-    """Nothing under vramtune/doctor/ names it: the battery runs what the registry's mechanisms declare."""
-    register(OffloadMechanism(), before="data_parallel")
-    try:
-        cli, _, checks = doctor_cli(a100())
-        checks.faults[("offload", "")] = CheckRun("measured", {"moved": 0})
-        code, _, err = cli("doctor")
-    finally:
-        unregister("offload")
-    assert code == 1
-    lines = err.splitlines()
-    assert [line.split()[1] for line in lines if line[:4] in ("pass", "fail", "skip")] == [
-        "device", "counters", "budget", "amp", "recompute", "offload", "ranks", "allocator"]
-    assert "fail  offload    0 bytes moved (0.0s)\n      means: offload saves nothing" in err

@@ -10,8 +10,6 @@ import pytest
 from conftest import SPECS
 from fakes import FakeDevice
 
-from vramtune.mechanisms import Field, Mechanism, register, unregister
-
 CONFIGS = SPECS / "configs"
 SFT_LORA = """# PaddleFormers examples/config/sft/lora.yaml, for Qwen3-8B
 train_dataset_type: erniekit
@@ -204,31 +202,9 @@ def test_a_gpu_runs_probes_calibrate_the_factors_here_too(fake_cli, qwen3_8b, wr
     assert "note: assumed (calibrated from " in err
 
 
-class Offload(Mechanism):
-    """Keeps the optimizer state on the host (a mechanism written here, not in vramtune): the config.json estimate
-    explores it by its `estimate_choices`, between the stages and the recompute levels, counts it by `counted_state`,
-    prefers it first, and writes its PaddleFormers key by `to_formers`."""
-
-    name = "offload"
-    fields = (Field("offload", bool, False, "--offload", "-O", "keep the optimizer state on the host"),)
-
-    def estimate_choices(self, question, arch, fine_tuning):
-        return 1.5, [{"offload": False}, {"offload": True}]
-
-    def counted_state(self, state, strategy, counts, given):
-        return {**state, "optimizer_state": 0} if strategy.offload else state
-
-    def preference(self, strategy):
-        return [(-1, not strategy.offload)]
-
-    def to_formers(self, config, tuned):
-        return {"offload_optim": True} if tuned.strategy.offload else {}
-
-
 def test_the_strategies_and_the_keys_of_the_predicted_best_come_from_the_mechanisms(fake_cli, qwen3_8b):
     """Every row is one of the combinations of the values each mechanism explores, nested by their places (the
-    micro-batch innermost): a mechanism registered here doubles the rows inside each stage, and its key joins the
-    predicted best's PaddleFormers keys. Recompute writes the block method for Qwen3's paddlefleet code."""
+    micro-batch innermost). Recompute writes the block method for Qwen3's paddlefleet code."""
     cli, _ = fake_cli(FakeDevice())
     arguments = ("estimate", qwen3_8b / "Qwen3-8B", "--card", "24GiB", "--devices", "4", "--json")
     code, out, err = cli(*arguments)
@@ -238,20 +214,3 @@ def test_the_strategies_and_the_keys_of_the_predicted_best_come_from_the_mechani
         "fine_tuning": "LoRA", "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8,
         "compute_type": "bf16", "fp16_opt_level": "O2", "recompute_granularity": "full", "recompute_method": "block",
         "recompute_num_layers": 18, "sharding": "stage3", "sharding_parallel_size": 4}
-    register(Offload())
-    try:
-        code, out, err = cli(*arguments)
-    finally:
-        unregister("offload")
-    assert code == 0, err
-    offloaded = json.loads(out)["LoRA"]
-    fields = ("precision", "sharding_stage", "recomputed_blocks", "micro_batch")
-    nested = [(p, s, o, r, m) for p in ("fp32", "bf16", "bf16-o2") for s in range(4) for o in (False, True)
-              for r in (0, 9, 18, 27, 36) for m in (1, 2, 4, 8)]
-    assert [(*(row[f] for f in fields[:2]), row["offload"], *(row[f] for f in fields[2:]))
-            for row in offloaded["rows"]] == nested
-    assert [{**row, "offload": False} for row in offloaded["rows"] if not row["offload"]] == \
-        [{**row, "offload": False} for row in plain["rows"]]
-    best = offloaded["best"]
-    assert best["offload"] is True and best["optimizer_state"] == 0
-    assert list(best["keys"])[-3:] == ["sharding", "sharding_parallel_size", "offload_optim"]

@@ -10,6 +10,7 @@ from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
 from vramtune.dialects.paddlenlp.export import tuned_arguments
+from vramtune.plugins import MECHANISMS
 from vramtune.spec import load_spec
 
 
@@ -37,27 +38,29 @@ def test_bad_evaluation_settings_are_named(write_spec, cli):
         f"error: {path}: train.evaluation.keep: must be one of logits, predictions, loss; got 'all'",
         f"error: {path}: train.evaluation.steps: unknown key"]
 
+PHASES = [m.judge for m in MECHANISMS]
+
 
 def evaluated(training_peak: int, peaks: dict[int, int | None], chosen: int | None, steps: int | None = None,
               kept: int = 1000) -> ProbeResult:
     return ProbeResult("measured", Strategy(micro_batch=8), peak_bytes=training_peak, samples_per_sec=10.0,
-                       facts={"evaluation": {"eval_requested": 32, "eval_batch": chosen, "eval_accumulation_steps": steps,
-                                             "eval_peaks": {str(k): v for k, v in peaks.items()},
-                                             "eval_kept": {str(k): kept for k in peaks}}})
+                       facts={"eval_requested": 32, "eval_batch": chosen, "eval_accumulation_steps": steps,
+                              "eval_peaks": {str(k): v for k, v in peaks.items()},
+                              "eval_kept": {str(k): kept for k in peaks}})
 
 
 def test_a_configuration_fits_only_if_both_phases_fit():
     budget = Budget(1000_000, 0.0)
-    assert evaluated(900_000, {32: 990_000}, 32).judged(budget).status == "fits"
-    lowered = evaluated(900_000, {32: 1_200_000, 16: 990_000}, 16).judged(budget)
+    assert evaluated(900_000, {32: 990_000}, 32).judged(budget, PHASES).status == "fits"
+    lowered = evaluated(900_000, {32: 1_200_000, 16: 990_000}, 16).judged(budget, PHASES)
     assert lowered.status == "fits"
-    nothing = evaluated(900_000, {32: 1_200_000, 1: 1_010_000}, None).judged(budget)
+    nothing = evaluated(900_000, {32: 1_200_000, 1: 1_010_000}, None).judged(budget, PHASES)
     assert (nothing.status, nothing.error) == ("over_budget", "evaluation does not fit even at batch 1: its peak "
                                                               "1010000 bytes > 1000000 bytes")
-    oom = evaluated(900_000, {32: None}, None).judged(budget)
+    oom = evaluated(900_000, {32: None}, None).judged(budget, PHASES)
     assert (oom.status, oom.error) == ("over_budget", "evaluation ran out of memory even at batch 32")
     # eval_accumulation_steps 4: three kept steps' buffer, copied by the concatenation, is counted with the step
-    assert evaluated(900_000, {32: 990_000}, 32, steps=4, kept=2_000).judged(budget).status == "over_budget"
+    assert evaluated(900_000, {32: 990_000}, 32, steps=4, kept=2_000).judged(budget, PHASES).status == "over_budget"
 
 
 def test_the_tuned_evaluation_batch_is_written_back_and_the_report_shows_both_peaks():

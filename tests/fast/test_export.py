@@ -18,8 +18,7 @@ NATIVE = {"granularities": ["full", "core_attn"], "partial": True}
 def measured(strategy, native=None):
     result = FakeDevice(per_sample=MiB / 20, saved=MiB / 120, blocks=6, small_batch_bonus=1e-3).measure(BUDGET)(strategy)
     if native:
-        result = dataclasses.replace(result, facts={"recompute": {**result.facts["recompute"],
-                                                                  "recompute_options": native}})
+        result = dataclasses.replace(result, facts={**result.facts, "recompute_options": native})
     return result
 
 

@@ -57,7 +57,7 @@ def test_the_kits_shared_keys_come_from_the_mechanisms():
     assert {p: paddle_amp(Strategy(precision=p)) for p in ("fp32", "fp16", "bf16-o2", "fp16-safe")} == {
         "fp32": ("O0", "float32"), "fp16": ("O1", "float16"), "bf16-o2": ("O2", "bfloat16"),
         "fp16-safe": ("O1", "float16")}
-    compiling = Tuned(Strategy(to_static=True), facts={"evaluation": {"eval_batch": 12}})
+    compiling = Tuned(Strategy(to_static=True), facts={"eval_batch": 12})
     assert (compiled(compiling), evaluated_batch(compiling)) == ({"Global.to_static": True}, 12)
     assert (compiled(Tuned(Strategy())), evaluated_batch(Tuned(Strategy()))) == ({}, None)
 

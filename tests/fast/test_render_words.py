@@ -18,7 +18,7 @@ def test_the_choice_line_in_every_mechanism_s_words():
     strategy = Strategy(precision="bf16", micro_batch=4, accumulation=2, devices=2, sharding_stage=1,
                         recomputed_blocks=3, recompute_granularity="core_attn")
     chosen = ProbeResult("measured", strategy, peak_bytes=300 * MiB, samples_per_sec=12.34,
-                         facts={"recompute": {"total_blocks": 6}})
+                         facts={"total_blocks": 6})
     report = SimpleNamespace(chosen=chosen, limit=400 * MiB, target_batch=16,
                              budget=SimpleNamespace(bytes=500 * MiB, headroom=0.2))
     assert choice_line(report) == (

@@ -11,9 +11,8 @@ from fakes import FakeDevice, MiB, gpu_shapes, make_problem, plan
 
 from vramtune.core.records import ProbeResult
 from vramtune.core.report import Tuned
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import Strategy, dtype_of
 from vramtune.core.units import parse_size
-from vramtune.mechanisms.precision import dtype_of
 from vramtune.search import MemoryModel, SearchProblem, Tuner, choose
 
 
@@ -578,7 +577,7 @@ def o2_card(**physics) -> FakeDevice:
 
 
 def test_each_amp_level_has_its_own_memory_model_and_counted_state():
-    from vramtune.mechanisms.precision import AMP_PRECISIONS
+    from vramtune.core.strategy import AMP_PRECISIONS
 
     device = o2_card()
     tuner = Tuner(device.measure(1 << 40), problem(1 << 40, amp_precisions=list(AMP_PRECISIONS)))
@@ -592,8 +591,8 @@ def test_each_amp_level_has_its_own_memory_model_and_counted_state():
 
 
 def test_o2_is_chosen_where_it_is_faster_and_exported_as_fp16_opt_level():
+    from vramtune.core.strategy import AMP_PRECISIONS
     from vramtune.dialects.paddlenlp.export import tuned_arguments
-    from vramtune.mechanisms.precision import AMP_PRECISIONS
 
     device = o2_card(per_sample=2 * MiB)
     budget = 110 * MiB  # limit 104.5 MiB: fp32 m=64 (160 MiB) is over; O2 m=64 (96) fits, O1 (106.4) does not
@@ -611,7 +610,7 @@ def test_o2_is_chosen_where_it_is_faster_and_exported_as_fp16_opt_level():
 
 
 def test_o1_wins_a_tie_with_o2():
-    from vramtune.mechanisms.precision import AMP_PRECISIONS
+    from vramtune.core.strategy import AMP_PRECISIONS
 
     device = o2_card(amp_cast_bytes=0.0, o2_factor=None, o2_speed=1.0)  # O2 changes nothing here
     budget = 150 * MiB  # every AMP mode fits the whole batch (102.4 MiB), fp32 (160 MiB) does not
@@ -670,7 +669,7 @@ def test_a_speed_is_never_predicted_past_what_an_axis_can_cost_in_full():
     """One recomputed block measured 40% slower: four extrapolate to 160%, a speed below zero (shown as "predicted
     0.0 samples/s" once). Recompute can cost at most half the throughput (every forward run once more), so four
     blocks are predicted at half; an axis with no such bound is not predicted there at all."""
-    from vramtune.mechanisms import BY_NAME
+    from vramtune.plugins import BY_NAME
     from vramtune.search.speed import SpeedModel
 
     recompute = BY_NAME["recompute"]

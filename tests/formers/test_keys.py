@@ -13,7 +13,7 @@ from vramtune.core.strategy import Strategy
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, ARGUMENT_CLASSES, VERSION
 from vramtune.dialects.paddleformers.export import tuned_keys
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 

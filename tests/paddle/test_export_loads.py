@@ -73,8 +73,8 @@ class NativeRecomputeDevice(FakeDevice):
 
     def result(self, s, budget):
         result = super().result(s, budget)
-        facts = {**result.facts, "recompute": {**result.facts["recompute"], "recompute_options": {
-            "granularities": ["full", "full_attn", "core_attn"], "partial": True}}}
+        facts = {**result.facts, "recompute_options": {"granularities": ["full", "full_attn", "core_attn"],
+                                                       "partial": True}}
         return dataclasses.replace(result, facts=facts)
 
 

@@ -16,7 +16,7 @@ from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes, format_percent, format_setting
 from vramtune.dialects.recorded import recorded_budget, recorded_options
 from vramtune.dialects.spec import export as yaml_spec
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 from vramtune.probing.runner import Backend, DeviceError
 from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
 from vramtune.tuning.session import Say, measure, open_session

@@ -21,11 +21,11 @@ from vramtune import export
 from vramtune.core.reading import Problem, SpecError
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Report
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import FIELDS, Strategy
 from vramtune.dialects.kits import tags
 from vramtune.dialects.paddleformers.shape import model_shape
-from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.memory.architecture import ArchitectureError, read_config
+from vramtune.plugins import MECHANISMS
 from vramtune.spec import Spec
 from vramtune.tuning.session import strategy_from_flags
 
@@ -38,8 +38,8 @@ def batches(per_rank: int) -> list[dict[str, int]]:
     return [{"micro_batch": per_rank // k, "accumulation": k} for k in range(1, per_rank + 1) if per_rank % k == 0]
 
 
-def model_counts(spec: Spec) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[Any, ...]]]:
-    """Each mechanism's facts about the file's model and the count values a file may state for it (`file_counts`),
+def model_counts(spec: Spec) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
+    """The mechanisms' facts about the file's model and the count values a file may state for it (`file_counts`),
     told the depth (as a probe counts it, num_hidden_layers) and model_type of the config.json in the model folder
     the file names (PaddleFormers); 0 and "" for another tool's file or a config.json that cannot be read."""
     shape = model_shape(spec.model)
@@ -49,8 +49,9 @@ def model_counts(spec: Spec) -> tuple[dict[str, dict[str, Any]], dict[str, tuple
         config = {}
     facts, counts = {}, {}
     for mechanism in MECHANISMS:
-        facts[mechanism.name], values = mechanism.file_counts(int(config.get("num_hidden_layers") or 0),
-                                                              str(config.get("model_type") or ""))
+        found, values = mechanism.file_counts(int(config.get("num_hidden_layers") or 0),
+                                              str(config.get("model_type") or ""))
+        facts.update(found)
         counts.update(values)
     return facts, counts
 
@@ -59,7 +60,7 @@ def candidates(base: Strategy, ordered: list[dict[str, int]], counts: dict[str, 
     """Every listable strategy around `base` at these batches (a count: the values `counts` gives it): the fewest
     fields away from it first, then in the batches' order."""
     listed = []
-    for field in strategy_fields():
+    for field in FIELDS.values():
         if field.name in BATCH:
             continue
         given = getattr(base, field.name)

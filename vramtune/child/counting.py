@@ -19,9 +19,8 @@ import paddle
 from vramtune.child.preparing import configure
 from vramtune.core.records import ProbeJob
 from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import MECHANISMS
 from vramtune.memory.layer_kinds import BATCHNORM, LAYERNORM, MATMUL, layer_count
-from vramtune.sources import SOURCES
+from vramtune.plugins import MECHANISMS, SOURCES
 
 # the configuration's depth, width and vocabulary, as the estimate shrinks them for its probes
 SHAPE_KEYS = ("num_hidden_layers", "num_layers", "hidden_size", "intermediate_size", "num_attention_heads",

@@ -10,7 +10,7 @@ import platform
 import paddle
 
 from vramtune.core.records import Device
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 
 
 class DeviceUnavailable(RuntimeError):

@@ -10,7 +10,8 @@ from typing import Any, Callable, Union
 import paddle
 
 from vramtune.child.training import StepRunner
-from vramtune.mechanisms import MECHANISMS, Facts
+from vramtune.core.strategy import Facts
+from vramtune.plugins import MECHANISMS
 
 OptimizerOrFactory = Union[paddle.optimizer.Optimizer, Callable[[list], paddle.optimizer.Optimizer]]
 
@@ -21,7 +22,7 @@ class Prepared:
     network: Any  # what trains: the model wrapped for training (DataParallel, fleet, to_static)
     optimizer: Any
     runner: StepRunner
-    facts: dict[str, Facts] = field(default_factory=dict)  # mechanism name -> what it learned about the model
+    facts: Facts = field(default_factory=dict)  # what the mechanisms learned about the model
 
 
 def configure(config: Any, strategy: Any, settings: dict[str, Any]) -> Any:
@@ -34,12 +35,12 @@ def configure(config: Any, strategy: Any, settings: dict[str, Any]) -> Any:
 def prepare(model: paddle.nn.Layer, optimizer: OptimizerOrFactory, strategy: Any, settings: dict[str, Any]) -> Prepared:
     """Every mechanism, in registry order. `optimizer` may be a factory of the parameters to train (needed when a
     mechanism adds parameters, as LoRA does); raises BuildError when a mechanism cannot apply to the model."""
-    facts: dict[str, Facts] = {}
+    facts: Facts = {}
     before = {id(p) for p in model.parameters()}
     for mechanism in MECHANISMS:
         model, learned = mechanism.prepare_model(model, strategy, settings.get(mechanism.name))
         if learned:
-            facts[mechanism.name] = learned
+            facts = learned
     if isinstance(optimizer, paddle.optimizer.Optimizer):
         if {id(p) for p in model.parameters()} != before:
             raise TypeError("the strategy adds parameters to the model (LoRA): pass an optimizer factory, e.g. "

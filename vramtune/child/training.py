@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import paddle
 
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "momentum": "Momentum"}
 STATELESS = ("sgd",)  # optimizers that keep no per-parameter state

@@ -23,7 +23,7 @@ from typing import Any, Callable, NoReturn
 
 from vramtune.core.files import write_atomic
 from vramtune.core.oom import is_oom
-from vramtune.core.records import Device, ProbeJob, flat_facts
+from vramtune.core.records import Device, ProbeJob
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import short_error
 from vramtune.sources.base import BuildError, BuiltModel
@@ -69,7 +69,7 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
     from vramtune.child.building import build_model, check_one_sample
     from vramtune.child.preparing import configure, prepare
     from vramtune.child.training import make_optimizer
-    from vramtune.sources import SOURCES
+    from vramtune.plugins import SOURCES
 
     source = SOURCES[job.source]
     for module in source.modules:
@@ -108,7 +108,7 @@ def warm_up(job: ProbeJob, prepared: Any, loss_fn: Any, batch: Any) -> tuple[lis
 
 def rebuild_stop(job: ProbeJob, model: Any, strategy: Strategy) -> Callable[[], bool]:
     """Whether the step ended where backward first rebuilds a block (set up by a mechanism where the job asks)."""
-    from vramtune.mechanisms import MECHANISMS
+    from vramtune.plugins import MECHANISMS
 
     if job.until_rebuild:
         for mechanism in MECHANISMS:
@@ -127,7 +127,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     from vramtune.child import rank as ranks
     from vramtune.child.counters import MemoryCounters
     from vramtune.child.training import state_counts
-    from vramtune.mechanisms import MECHANISMS
+    from vramtune.plugins import MECHANISMS
 
     job = ProbeJob.from_json(job_data)
     device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
@@ -145,7 +145,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
         return built.loss(prepared.network, data)
 
     counters = MemoryCounters(device.kind, device.index)
-    facts = {**flat_facts(prepared.facts), "phases": phases.seconds}
+    facts = {**prepared.facts, "phases": phases.seconds}
     losses: list[float] = []
     rebuilt = rebuild_stop(job, prepared.model, strategy)
     try:

@@ -14,6 +14,7 @@ from vramtune.core.records import ProbeResult
 from vramtune.core.report import Report
 from vramtune.core.strategy import Strategy
 from vramtune.export import expressible
+from vramtune.plugins import MECHANISMS
 from vramtune.probing.runner import Backend
 from vramtune.render import console as render
 from vramtune.tuning import session
@@ -89,7 +90,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
 def exported_result(spec_session: session.Session, report: Report, format_name: str,
                     faithful: str) -> expressible.Exported:
     """The chosen result, or the nearest measured one the format can say (measuring one more if none fits)."""
-    saved = [result.judged(spec_session.budget) for result in spec_session.store.load().values()]
+    phases = [m.judge for m in MECHANISMS]
+    saved = [result.judged(spec_session.budget, phases) for result in spec_session.store.load().values()]
 
     def measure(strategy: Strategy) -> ProbeResult:
         render.say(f"measuring {strategy.label()}: the nearest configuration --format {format_name} can say")

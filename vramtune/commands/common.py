@@ -20,7 +20,8 @@ from typer.core import TyperGroup
 from vramtune import __version__
 from vramtune.commands import packages
 from vramtune.core import units
-from vramtune.mechanisms import MECHANISMS, strategy_fields
+from vramtune.core.strategy import FIELDS
+from vramtune.plugins import MECHANISMS
 from vramtune.probing import interrupts
 from vramtune.probing.runner import Backend
 from vramtune.render import console as render
@@ -73,7 +74,7 @@ def mechanism_flags(kind: str) -> Callable[[Callable], Callable]:
     The command receives them in `**flags`."""
     if kind == "fields":
         params = [_parameter(f.name, Optional[_option_type(f.type, f.choices)],
-                             typer.Option(None, f.flag, f.short, help=f.help)) for f in strategy_fields()]
+                             typer.Option(None, f.flag, f.short, help=f.help)) for f in FIELDS.values()]
     else:
         params = [_parameter(o.param, Optional[List[_option_type(o.type, o.choices)]] if o.multiple else
                              (o.type if o.type is bool else Optional[o.type]),

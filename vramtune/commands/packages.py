@@ -8,8 +8,8 @@ import sys
 from importlib import metadata
 
 from vramtune.estimating.answer import installed_paddle
+from vramtune.plugins import SOURCES
 from vramtune.probing.runner import Backend, ChildBackend
-from vramtune.sources import SOURCES
 from vramtune.spec import Problem, Spec, SpecError
 
 

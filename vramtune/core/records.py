@@ -1,19 +1,31 @@
 """Typed, Paddle-free records for what crosses a boundary: the device, the budget, the probe job (everything
 the child needs) and the probe result. The child measures; the parent (Budget) decides what fits.
 
-What a mechanism learns about the model travels in `ProbeResult.facts[mechanism name]`; what it needs in the
-child in `ProbeJob.settings[mechanism name]`. In JSON the facts are flat (each mechanism names its own keys)."""
+What the mechanisms learn about the model travels in `ProbeResult.facts`, flat (each key named once: FACTS); what a
+mechanism needs in the child in `ProbeJob.settings[mechanism name]`."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import MECHANISMS, Facts
+from vramtune.core.strategy import Facts, Strategy
 
+Judge = Callable[["ProbeResult", float], "str | None"]  # why a result does not fit the limit after all, or None
 MEASURED_STATUSES = ("fits", "over_budget")
 STATUSES = ("fits", "over_budget", "oom", "crashed", "timeout", "unstable", "unsupported")
+# What the probes learn about the model, in the order JSON says them. A mechanism that learns something new adds its
+# key here (as a field of its own is added to Strategy).
+FACTS = (
+    "trainable_params", "total_params", "peft",  # LoRA / prefix tuning: the parameters trained, the settings applied
+    "batchnorm_layers",  # the BatchNorm floor of the micro-batch
+    "total_blocks", "block_path", "recompute_options",  # recompute: the repeated blocks; a model's own granularities
+    "rank_peak_bytes",  # every rank's peak (peak_bytes is the largest)
+    # evaluation: the largest measured evaluation batch that fits (None: none fits), the one asked, batch -> the peak
+    # of one evaluation step, batch -> bytes one step keeps on the device, steps kept before moving to the host
+    "eval_batch", "eval_requested", "eval_peaks", "eval_kept", "eval_accumulation_steps",
+)
 
 
 @dataclass(frozen=True)
@@ -88,14 +100,9 @@ class ProbeJob:
         return cls(**data)
 
 
-def split_facts(data: dict[str, Any]) -> dict[str, Facts]:
-    """Each mechanism's facts out of a flat JSON record (only those it reported)."""
-    facts = {m.name: {key: data[key] for key in m.facts if data.get(key) is not None} for m in MECHANISMS}
-    return {name: values for name, values in facts.items() if values}
-
-
-def flat_facts(facts: dict[str, Facts]) -> dict[str, Any]:
-    return {key: value for values in facts.values() for key, value in values.items()}
+def facts_in(data: dict[str, Any]) -> Facts:
+    """The facts of a JSON record (those reported), in FACTS' order."""
+    return {key: data[key] for key in FACTS if data.get(key) is not None}
 
 
 @dataclass
@@ -119,7 +126,7 @@ class ProbeResult:
     weight_bytes: int | None = None  # counted in the child (per rank)
     gradient_bytes: int | None = None
     optimizer_bytes: int | None = None
-    facts: dict[str, Facts] = field(default_factory=dict)  # mechanism name -> what it learned about the model
+    facts: Facts = field(default_factory=dict)  # what the probe learned about the model
     phases: dict[str, float] | None = None  # wall seconds of the probe's phases in the child (import, build, ...)
     seconds: float = 0.0
     rung: str | None = None
@@ -144,9 +151,6 @@ class ProbeResult:
     def fits(self) -> bool:
         return self.status == "fits" and bool(self.samples_per_sec)
 
-    def facts_of(self, mechanism: str) -> Facts:
-        return self.facts.get(mechanism, {})
-
     def label(self) -> str:
         return self.strategy.label(facts=self.facts)
 
@@ -166,23 +170,23 @@ class ProbeResult:
         for item in dataclasses.fields(self):
             if item.name not in ("status", "strategy", "facts"):
                 data[item.name] = getattr(self, item.name)
-        data.update(flat_facts(self.facts))
+        data.update(facts_in(self.facts))
         data["breakdown"] = self.breakdown()
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProbeResult:
         names = {f.name for f in dataclasses.fields(cls)} - {"strategy", "facts"}
-        return cls(strategy=Strategy.from_json(data), facts=split_facts(data),
+        return cls(strategy=Strategy.from_json(data), facts=facts_in(data),
                    **{k: v for k, v in data.items() if k in names})
 
-    def judged(self, budget: Budget) -> ProbeResult:
+    def judged(self, budget: Budget, phases: Iterable[Judge] = ()) -> ProbeResult:
         """A measured result classified against the budget (the parent's decision, not the child's): its peak
-        must fit, and so must every phase a mechanism measured besides training."""
+        must fit, and so must every phase a mechanism measured besides training (`phases`: why it does not)."""
         if self.status not in ("measured", *MEASURED_STATUSES):
             return self
         reasons = [] if budget.fits(self.used_bytes) else [
             f"peak {self.used_bytes} bytes > {int(budget.limit)} bytes (budget less headroom)"]
-        reasons += [why for mechanism in MECHANISMS if (why := mechanism.judge(self, budget.limit))]
+        reasons += [why for judge in phases if (why := judge(self, budget.limit))]
         return dataclasses.replace(self, status="over_budget" if reasons else "fits",
                                    error="; ".join(reasons) or None, budget_bytes=budget.bytes)

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramtune import __version__
-from vramtune.core.records import Budget, ProbeResult, flat_facts, split_facts
-from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import Facts
+from vramtune.core.records import Budget, ProbeResult, facts_in
+from vramtune.core.strategy import Facts, Strategy
 
 
 @dataclass
@@ -73,7 +72,7 @@ class Tuned:
     """What `apply` records about the choice. Fields besides the strategy may be missing in a hand-written file."""
 
     strategy: Strategy
-    facts: dict[str, Facts] = field(default_factory=dict)
+    facts: Facts = field(default_factory=dict)
     peak_bytes: int | None = None
     reserved_bytes: int | None = None
     budget_bytes: int | None = None
@@ -89,9 +88,6 @@ class Tuned:
     def used_bytes(self) -> int | None:
         return self.reserved_bytes or self.peak_bytes
 
-    def facts_of(self, mechanism: str) -> Facts:
-        return self.facts.get(mechanism, {})
-
     @classmethod
     def of(cls, report: Report) -> Tuned:
         chosen = report.chosen
@@ -103,7 +99,7 @@ class Tuned:
                    vramtune_version=__version__, date=datetime.date.today().isoformat())
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.strategy.to_json(), **flat_facts(self.facts), "peak_bytes": self.peak_bytes,
+        return {**self.strategy.to_json(), **facts_in(self.facts), "peak_bytes": self.peak_bytes,
                 "reserved_bytes": self.reserved_bytes, "budget_bytes": self.budget_bytes, "headroom": self.headroom,
                 "samples_per_sec": self.samples_per_sec, "device": self.device, "device_kind": self.device_kind,
                 "paddle_version": self.paddle_version, "vramtune_version": self.vramtune_version, "date": self.date}
@@ -114,5 +110,5 @@ class Tuned:
         optional = {name: data.get(name) for name in ("peak_bytes", "reserved_bytes", "budget_bytes", "headroom",
                                                       "samples_per_sec", "device", "paddle_version",
                                                       "vramtune_version", "date")}
-        return cls(strategy=Strategy.from_json(data), facts=split_facts(data),
+        return cls(strategy=Strategy.from_json(data), facts=facts_in(data),
                    device_kind=data.get("device_kind") or "cpu", **optional)

@@ -9,8 +9,8 @@ import statistics
 from typing import Any
 
 from vramtune.core.records import Device
+from vramtune.core.strategy import AMP_DTYPES
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
-from vramtune.mechanisms.precision import AMP_DTYPES
 
 
 def precisions(device: Device) -> list[str]:

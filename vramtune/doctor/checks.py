@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vramtune.doctor import allocator, budget, counters, device
 from vramtune.doctor.base import Check
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 
 GATING = ("device", "counters", "budget")  # what every GPU measurement depends on
 

@@ -7,7 +7,7 @@ from typing import Any
 from vramtune.core.records import Device
 from vramtune.core.units import format_bytes
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 
 
 class DeviceFacts(Check):

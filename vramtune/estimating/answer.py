@@ -16,10 +16,10 @@ from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.run import calibrated
-from vramtune.mechanisms import BY_NAME, MECHANISMS, formers_defaults
 from vramtune.memory.analytic import FLASH, activations
 from vramtune.memory.architecture import Architecture, architecture, count
 from vramtune.memory.state import Counts, Factors, Given, Row, row
+from vramtune.plugins import BY_NAME, MECHANISMS, formers_defaults
 
 FINE_TUNINGS = ("LoRA", "full")
 FORMERS_DEFAULTS = formers_defaults()  # what PaddleFormers takes for the keys the mechanisms read
@@ -92,8 +92,8 @@ def strategies(question: Question, arch: Architecture, fine_tuning: str) -> list
 def file_keys(best: Row, fine_tuning: str, counts: Counts, arch: Architecture) -> dict[str, Any]:
     """The PaddleFormers keys that train the way a row predicts: the batch first, then what every mechanism's
     `to_formers` writes for the row on a GPU, told the model's counts and type (`counted_facts`, `formers_facts`)."""
-    facts = {mechanism.name: {**mechanism.counted_facts(counts), **mechanism.formers_facts(arch.model_type)}
-             for mechanism in MECHANISMS}
+    facts = {key: value for mechanism in MECHANISMS for key, value in
+             {**mechanism.counted_facts(counts), **mechanism.formers_facts(arch.model_type)}.items()}
     tuned = Tuned(best.strategy, facts, device_kind="gpu")
     keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full",
                             **BY_NAME["accumulation"].to_formers({}, tuned)}

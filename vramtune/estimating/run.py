@@ -19,18 +19,16 @@ from typing import Any, Callable, NamedTuple
 
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Report
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import Strategy, level_of
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.mechanisms import MECHANISMS, micro_batch_floor
-from vramtune.mechanisms.precision import level_of
 from vramtune.memory import held
 from vramtune.memory.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
 from vramtune.memory.state import ActivationFit, Counts, Factors, Given, Row, own_parts, row, state
+from vramtune.plugins import MECHANISMS, SOURCES, micro_batch_floor
 from vramtune.probing.forking import ForkServer
 from vramtune.probing.runner import DeviceError
 from vramtune.probing.store import device_lock_path, file_lock
 from vramtune.search import BuildFailure
-from vramtune.sources import SOURCES
 from vramtune.spec import Spec, apply_overrides, spec_from_dict
 from vramtune.tuning.session import job_for, unsupported
 
@@ -249,7 +247,8 @@ class _Prober:
             job.check_sample = check_sample
             job.memory_only = strategy.devices == 1  # data parallel's buffers come with a whole step's backward
             job.until_rebuild = self.until_rebuild(key)
-            result = backend.measure(job, max(spec.probe.timeout, PROBE_TIMEOUT), budget).judged(budget)
+            result = backend.measure(job, max(spec.probe.timeout, PROBE_TIMEOUT), budget)
+            result = result.judged(budget, [m.judge for m in MECHANISMS])
         finally:
             self.backends.put(backend)
         self.log.append({"probe": {**key._asdict(), "seq": seq},
@@ -497,7 +496,7 @@ def _probe_activations(prober: _Prober, depths: tuple[int | None, ...], recomput
 def _blocks(result: ProbeResult) -> tuple[int, str] | None:
     """The model's repeated blocks and the granularity the estimate recomputes them with (full where the model has
     it), as a probe found them; None: no repeated blocks."""
-    facts = result.facts_of("recompute")
+    facts = result.facts
     if not facts.get("total_blocks"):
         return None
     options = facts.get("recompute_options") or {"granularities": ["full"]}

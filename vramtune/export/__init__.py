@@ -11,7 +11,7 @@ from vramtune.dialects.paddleformers import export as formers_config
 from vramtune.dialects.paddlenlp import arguments_file
 from vramtune.dialects.paddlenlp import export as paddlenlp_args
 from vramtune.dialects.spec import export as yaml_spec
-from vramtune.sources import SOURCES
+from vramtune.plugins import SOURCES
 
 FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file, kit_config,
                                               formers_config)}

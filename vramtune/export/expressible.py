@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from vramtune import mechanisms
+from vramtune import plugins
 from vramtune.core.records import ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 from vramtune.search.choice import choose
 
 Measure = Callable[[Strategy], ProbeResult]
@@ -57,7 +57,7 @@ def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str |
 
 def micro_batch_floor(settings: dict, chosen: ProbeResult) -> int:
     """The smallest micro-batch the search would choose (a mechanism's floor, e.g. a BatchNorm model's)."""
-    return mechanisms.micro_batch_floor(settings, chosen.facts)[0]
+    return plugins.micro_batch_floor(settings, chosen.facts)[0]
 
 
 def exported(chosen: ProbeResult, probes: Iterable[ProbeResult], accepted: frozenset[str] | None, floor: int,

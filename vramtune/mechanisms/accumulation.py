@@ -6,13 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramtune.core.reading import positive
-from vramtune.mechanisms.base import Field, Mechanism, Option
+from vramtune.core.strategy import FIELDS
+from vramtune.mechanisms.base import Mechanism, Option
 
 SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
-
-
-def _positive(value: int) -> str | None:
-    return None if value > 0 else f"must be positive, got {value}"
 
 
 BATCHNORM_FLOOR = 16  # BatchNorm statistics over fewer samples are noisy (Wu & He, Group Normalization, 2018)
@@ -33,12 +30,7 @@ class AccumulationSearch:
 
 class Accumulation(Mechanism):
     name = "accumulation"
-    fields = (
-        Field("micro_batch", int, 1, "--micro-batch", "-m", "samples per forward/backward", _positive),
-        Field("accumulation", int, 1, "--accumulation", "-k",
-              "micro-batches per optimizer step (default: target / micro)", _positive),
-    )
-    facts = ("batchnorm_layers",)
+    fields = (FIELDS["micro_batch"], FIELDS["accumulation"])
     options = (Option("max_accumulation", "--max-accumulation", int, None, "largest accumulation tried",
                       lambda value: {"search.max_accumulation": value}),)
     nonnegative_term = False
@@ -55,9 +47,6 @@ class Accumulation(Mechanism):
             section.fail("micro_batches", f"must be a list of positive integers, got {settings.micro_batches}")
             settings.micro_batches = None
         return settings
-
-    def label(self, strategy, facts) -> str:
-        return f"m={strategy.micro_batch} k={strategy.accumulation}"
 
     def phrase(self, strategy, facts) -> tuple[str, str]:
         return "batch", f"micro-batch {strategy.micro_batch} x accumulation {strategy.accumulation}"

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
 
+from vramtune.core.strategy import Facts, Field
+
 if TYPE_CHECKING:
     from vramtune.core.reading import Section, Sections
     from vramtune.core.records import Budget, Device, ProbeResult
@@ -28,20 +30,6 @@ if TYPE_CHECKING:
     from vramtune.memory.architecture import Architecture
     from vramtune.memory.state import Counts, Factors, Given
     from vramtune.search.ladder import Tuner
-
-
-@dataclass(frozen=True)
-class Field:
-    """One strategy field, and the `vramtune measure` flag that sets it."""
-
-    name: str
-    type: type
-    default: Any
-    flag: str
-    short: str
-    help: str
-    check: Callable[[Any], str | None] = lambda value: None
-    choices: tuple[str, ...] | None = None  # the values the flag accepts (shown in --help)
 
 
 @dataclass(frozen=True)
@@ -58,7 +46,6 @@ class Option:
     choices: tuple[str, ...] | None = None
 
 
-Facts = dict[str, Any]  # what a mechanism learned about the model in one probe (its own result keys)
 
 
 class Launch(NamedTuple):
@@ -71,8 +58,7 @@ class Launch(NamedTuple):
 
 class Mechanism:
     name: str = ""
-    fields: tuple[Field, ...] = ()
-    facts: tuple[str, ...] = ()  # the result keys it reports (flat in JSON, its own namespace inside)
+    fields: tuple[Field, ...] = ()  # its strategy fields (core/strategy.py declares them)
     options: tuple[Option, ...] = ()
     nonnegative_term = True  # the fitted memory coefficient cannot be negative
     soft_term = False  # taken as 0 while too few probes pin the base line down
@@ -142,10 +128,6 @@ class Mechanism:
         return None
 
     # -- judging and reporting (Paddle-free) -------------------------------------------------------------
-    def label(self, strategy: Strategy, facts: Facts) -> str:
-        """Its part of a strategy's label ("" when off); its facts (e.g. the model's block count) where known."""
-        return " ".join(f"{field.short.lstrip('-')}={getattr(strategy, field.name)}" for field in self.fields)
-
     def weight(self, strategy: Strategy) -> int:
         """How much of the mechanism is used, 0 when off: the tie rule prefers less, the speed model charges a
         measured cost per unit of it."""

@@ -112,7 +112,6 @@ def _saved_config(arguments: Section, key: str, name: str) -> dict[str, Any]:
 
 class Peft(Mechanism):
     name = "peft"
-    facts = ("trainable_params", "total_params", "peft")  # peft: the applied settings (lora, prefix_tokens)
 
     def read(self, spec) -> PeftSettings:
         train = spec.train
@@ -160,7 +159,7 @@ class Peft(Mechanism):
         return dataclasses.asdict(settings) if settings.lora or settings.prefix_tokens else None
 
     def describe(self, result) -> list[str]:
-        facts = result.facts_of(self.name)
+        facts = result.facts
         applied, trained, total = facts.get("peft"), facts.get("trainable_params"), facts.get("total_params")
         if not (applied and total):
             return []
@@ -168,7 +167,7 @@ class Peft(Mechanism):
         return [f"{label}: {trained:,} of {total:,} parameters trained ({trained / total:.2%})"]
 
     def to_arguments(self, tuned):
-        applied = tuned.facts_of(self.name).get("peft") or {}
+        applied = tuned.facts.get("peft") or {}
         arguments: dict[str, Any] = {}
         if applied.get("lora"):
             arguments.update(lora=True, lora_rank=applied["lora"]["rank"])

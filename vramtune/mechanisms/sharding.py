@@ -7,9 +7,9 @@ outer alternative, searched in depth where it lets a larger micro-batch fit than
 from __future__ import annotations
 
 from vramtune.core.reading import Section
-from vramtune.mechanisms.base import Field, Mechanism
+from vramtune.core.strategy import FIELDS, SHARDING_STAGES
+from vramtune.mechanisms.base import Mechanism
 
-STAGES = (0, 1, 2, 3)
 PARTITIONED = {1: ("optimizer",), 2: ("optimizer", "gradient"), 3: ("optimizer", "gradient", "weight")}
 STATE_PART = {"optimizer": "optimizer_state", "gradient": "gradients", "weight": "weights"}  # in the estimate's state
 GPU_ONLY_REASON = ("sharding stage {stage} (group_sharded_parallel) runs on GPU only: Paddle asserts 'only support "
@@ -17,20 +17,12 @@ GPU_ONLY_REASON = ("sharding stage {stage} (group_sharded_parallel) runs on GPU 
 NEIGHBOUR_MARGIN = 0.03  # a stage predicted over the limit by more than this is not probed
 
 
-def _stage(value: int) -> str | None:
-    return None if value in STAGES else f"must be 0, 1, 2 or 3, got {value}"
-
-
 class Sharding(Mechanism):
     name = "sharding"
-    fields = (Field("sharding_stage", int, 0, "--sharding-stage", "-s",
-                    "ZeRO-style sharding over the ranks: 1 optimizer state, 2 + gradients, 3 + parameters", _stage),)
+    fields = (FIELDS["sharding_stage"],)
 
     def read(self, spec) -> bool:
         return spec.search.get("sharding", str, "auto", choices=("auto", "off")) != "off"
-
-    def label(self, strategy, facts) -> str:
-        return f"s={strategy.sharding_stage}" if strategy.sharding_stage else ""
 
     def phrase(self, strategy, facts) -> tuple[str, str] | None:
         return ("memory", f"sharding stage {strategy.sharding_stage}") if strategy.sharding_stage else None
@@ -89,12 +81,13 @@ class Sharding(Mechanism):
 
     def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
         """Every stage with several devices, none with one; inside the precisions."""
-        return 1, [{"sharding_stage": stage} for stage in (STAGES if question.devices > 1 else (0,))]
+        return 1, [{"sharding_stage": stage} for stage in (SHARDING_STAGES if question.devices > 1 else (0,))]
 
     def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
         """Every stage with several devices unless the spec turns sharding off, none otherwise; inside the
         precisions."""
-        return 1, [{"sharding_stage": stage} for stage in (STAGES if context.devices > 1 and settings else (0,))]
+        stages = SHARDING_STAGES if context.devices > 1 and settings else (0,)
+        return 1, [{"sharding_stage": stage} for stage in stages]
 
     def from_arguments(self, arguments) -> dict:
         """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
@@ -127,7 +120,7 @@ class Sharding(Mechanism):
 
     def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
         """Every stage: the file's ranks (its degree) are the spec's, so its writer tells them apart."""
-        return {}, {"sharding_stage": STAGES[1:]}
+        return {}, {"sharding_stage": SHARDING_STAGES[1:]}
 
     def from_kit(self, config) -> dict:
         """The kits have no sharding key."""
@@ -157,7 +150,7 @@ class Sharding(Mechanism):
         """stage -> why the device cannot run it (None: it can); only stage 0 with one rank or sharding off."""
         if search.base.devices < 2 or not search.settings(self.name):
             return {0: None}
-        return {stage: search.unsupported(search.base.with_(sharding_stage=stage)) for stage in STAGES}
+        return {stage: search.unsupported(search.base.with_(sharding_stage=stage)) for stage in SHARDING_STAGES}
 
     def stages(self, search) -> list[int]:
         return [stage for stage, why in self.considered(search).items() if not why]

@@ -6,19 +6,15 @@ not what the Trainer would run."""
 from __future__ import annotations
 
 from vramtune.core.reading import refuse_when_on
-from vramtune.mechanisms.base import Field, Mechanism
+from vramtune.core.strategy import FIELDS
+from vramtune.mechanisms.base import Mechanism
 
 KIT_KEY = "Global.to_static"  # both kits' (PaddleClas, PaddleOCR): the model compiled with paddle.jit.to_static
 
 
-def _flag(value: bool) -> str | None:
-    return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
-
-
 class StaticGraph(Mechanism):
     name = "to_static"
-    fields = (Field("to_static", bool, False, "--to-static", "-t", "compile the forward with paddle.jit.to_static",
-                    _flag),)
+    fields = (FIELDS["to_static"],)
 
     def read(self, spec) -> bool:
         wanted = spec.search.get("to_static", str, "auto", choices=("auto", "off")) != "off"
@@ -46,9 +42,6 @@ class StaticGraph(Mechanism):
 
     def to_kit(self, tuned) -> dict:
         return {KIT_KEY: True} if tuned.strategy.to_static else {}
-
-    def label(self, strategy, facts) -> str:
-        return "static" if strategy.to_static else ""
 
     def weight(self, strategy) -> int:
         return int(strategy.to_static)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import MECHANISMS, Mechanism
+from vramtune.mechanisms.base import Mechanism
 from vramtune.memory.fitting import least_squares
+from vramtune.plugins import MECHANISMS
 
 Point = tuple[Strategy, int]  # (strategy, used bytes)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import MECHANISMS
 from vramtune.memory import held
 from vramtune.memory.fitting import least_squares, linear_fit
+from vramtune.plugins import MECHANISMS
 
 OPTIMIZER_BYTES = {"adamw": 8, "adam": 8, "momentum": 4, "sgd": 0}  # fp32 state per trainable parameter
 

@@ -22,12 +22,11 @@ from vramtune.core.oom import looks_like_oom
 from vramtune.core.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import error_line
-from vramtune.mechanisms import MECHANISMS
 from vramtune.mechanisms.base import Launch
+from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing import forking, interrupts
 from vramtune.probing.forking import ForkServer, ForkServerError, die_with_parent, worker_env
 from vramtune.probing.ranks import marked, merge, rank_logs, read_rank_results
-from vramtune.sources import SOURCES
 
 INFO_TIMEOUT = 120.0
 

@@ -16,7 +16,7 @@ from vramtune.core.records import ProbeResult
 from vramtune.core.report import Report
 from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes, format_setting, format_share
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 from vramtune.render.chart import text_chart
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -129,7 +129,7 @@ def choice_line(report: Report) -> str:
         used = chosen.used_bytes
         words: dict[str, list[str]] = {"what": [], "batch": [], "memory": []}
         for mechanism in MECHANISMS:
-            if said := mechanism.phrase(chosen.strategy, chosen.facts_of(mechanism.name)):
+            if said := mechanism.phrase(chosen.strategy, chosen.facts):
                 words[said[0]].append(said[1])
         batch = " x ".join(words["batch"]) + f" = {report.target_batch}"
         return (f"chosen: {', '.join([*words['what'], batch, *words['memory']])}; peak {format_bytes(used)} of "
@@ -188,7 +188,7 @@ def render_measure(result: ProbeResult, verbose: bool = False) -> None:
         say(f"  {result.step_seconds:.3f}s per optimizer step, {result.samples_per_sec:.1f} "
             f"samples/s, loss {result.loss}")
     for mechanism in MECHANISMS:
-        for line in mechanism.measured_lines(result.facts_of(mechanism.name)):
+        for line in mechanism.measured_lines(result.facts):
             say(f"  {line}")
     if result.error:
         say(f"  {result.error}")
@@ -214,24 +214,24 @@ STATE_WORDS = {"weights": "weights", "gradients": "gradients", "optimizer_state"
                "ema": "EMA and the copies kept (counted)"}
 
 
-def estimate_facts(counts: Any) -> dict[str, dict[str, Any]]:
-    """Every mechanism's facts about the model as the estimate counted them (estimating.model.Counts)."""
-    return {mechanism.name: mechanism.counted_facts(counts) for mechanism in MECHANISMS}
+def estimate_facts(counts: Any) -> dict[str, Any]:
+    """The mechanisms' facts about the model as the estimate counted them (estimating.model.Counts)."""
+    return {key: value for mechanism in MECHANISMS for key, value in mechanism.counted_facts(counts).items()}
 
 
-def strategy_cells(strategy: Strategy, facts: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def strategy_cells(strategy: Strategy, facts: dict[str, Any]) -> list[tuple[str, str]]:
     """The estimate table's strategy columns, (heading, cell), each mechanism's in registry order."""
-    cells = (mechanism.column(strategy, facts[mechanism.name]) for mechanism in MECHANISMS)
+    cells = (mechanism.column(strategy, facts) for mechanism in MECHANISMS)
     return [cell for cell in cells if cell]
 
 
-def add_strategy_columns(table: Table, strategy: Strategy, facts: dict[str, dict[str, Any]]) -> None:
+def add_strategy_columns(table: Table, strategy: Strategy, facts: dict[str, Any]) -> None:
     """Numbers (and "-" for none) to the right, words to the left."""
     for heading, cell in strategy_cells(strategy, facts):
         table.add_column(heading, justify="right" if cell == "-" or cell[:1].isdigit() else "left")
 
 
-def add_peak_rows(table: Table, rows: list[Any], facts: dict[str, dict[str, Any]], *first: str) -> None:
+def add_peak_rows(table: Table, rows: list[Any], facts: dict[str, Any], *first: str) -> None:
     """Per strategy but its micro-batch (in the rows' order): the largest micro-batch predicted to fit and the next one
     up, over, with their peaks; `first` cells before each row's."""
     groups: dict[tuple, list] = {}
@@ -249,11 +249,11 @@ def add_peak_rows(table: Table, rows: list[Any], facts: dict[str, dict[str, Any]
                       format_bytes(above.reserved) if above else "-")
 
 
-def best_words(strategy: Strategy, facts: dict[str, dict[str, Any]]) -> str:
+def best_words(strategy: Strategy, facts: dict[str, Any]) -> str:
     """A predicted best in every mechanism's words (as in the one-line answer)."""
     words: dict[str, list[str]] = {"what": [], "batch": [], "memory": []}
     for mechanism in MECHANISMS:
-        if said := mechanism.phrase(strategy, facts[mechanism.name]):
+        if said := mechanism.phrase(strategy, facts):
             words[said[0]].append(said[1])
     return ", ".join([*words["what"], " x ".join(words["batch"]), *words["memory"]])
 

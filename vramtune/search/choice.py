@@ -5,7 +5,7 @@ from collections.abc import Iterable
 
 from vramtune.core.records import ProbeResult
 from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 
 TIE = 0.02  # throughputs within 2% are a tie: the simpler configuration wins
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramtune.core.records import Budget, Device, ProbeResult
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import Facts, Strategy
 from vramtune.core.units import format_bytes
-from vramtune.mechanisms import BY_NAME, MECHANISMS, Facts, Mechanism, micro_batch_floor
+from vramtune.mechanisms.base import Mechanism
 from vramtune.memory.line import MemoryModel, memory_group
 from vramtune.memory.prior import PRIOR_ERROR, PRIOR_MARGIN
+from vramtune.plugins import BY_NAME, MECHANISMS, micro_batch_floor
 from vramtune.search import roles
 from vramtune.search.choice import TIE, choose
 from vramtune.search.speed import SpeedModel
@@ -83,7 +84,7 @@ class Tuner:
         self.progress = progress or (lambda rung, strategy, result: None)
         self.results: dict[Strategy, ProbeResult] = {}
         self.notes: list[str] = []
-        self.learned: dict[str, Facts] = {}  # mechanism name -> what the probes learned about the model
+        self.learned: Facts = {}  # what the probes learned about the model
         self.least_state: float | None = None  # the least counted state of a setting not probed for it
         self.prior_missed = False  # a probe the activation prior placed failed without figures: it is not used again
         fixed = {k: v for m in MECHANISMS for k, v in m.fixed(self.settings(m.name)).items()}
@@ -93,8 +94,10 @@ class Tuner:
     def settings(self, mechanism: str) -> Any:
         return self.problem.settings.get(mechanism)
 
-    def facts(self, mechanism: str) -> Facts:
-        return self.learned.get(mechanism, {})
+    @property
+    def facts(self) -> Facts:
+        """What the probes learned about the model."""
+        return self.learned
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -155,8 +158,7 @@ class Tuner:
         if result.error_kind == "build":
             raise BuildFailure(result.error or "the model cannot be built")
         self.stop_if_every_probe_fails_alike()
-        for name, values in result.facts.items():
-            self.learned.setdefault(name, {}).update(values)
+        self.learned.update(result.facts)
         return result
 
     def floor_and_why(self) -> tuple[int, str | None]:
@@ -270,7 +272,7 @@ class Tuner:
         if model.b is None:
             return {}
         return {m.name: bound for m in model.terms
-                if (bound := m.largest_coefficient(model.b, self.facts(m.name))) is not None}
+                if (bound := m.largest_coefficient(model.b, self.facts)) is not None}
 
     def prior(self, strategy: Strategy) -> float | None:
         """Before its memory group is measured: its counted state plus the activations measured in another group
@@ -412,7 +414,7 @@ class Tuner:
             return True
         if speed > reference.samples_per_sec * (1 + TIE):
             return True
-        self.note(f"{mechanism.label(candidate, {})} not searched further: {bound}{speed:.1f} samples/s at "
+        self.note(f"{candidate.part(mechanism.name)} not searched further: {bound}{speed:.1f} samples/s at "
                   f"{reference.strategy.with_(**changes).label()}, no faster than {reference.strategy.label()} at "
                   f"{reference.samples_per_sec:.1f}")
         return False
@@ -615,7 +617,7 @@ class Tuner:
         if found is None:
             return None
         level, measured = found
-        least = sum(axis.least_cost(level, self.facts(axis.name)) for axis in _roles(roles.AXES))
+        least = sum(axis.least_cost(level, self.facts) for axis in _roles(roles.AXES))
         return self.speed(levels[0]).bound(level, least, measured)
 
     def least_saving_fit(self, levels: list[Strategy], peak: Callable[[Strategy], float | None]) \

@@ -11,7 +11,8 @@ only) defines none.
 """
 from __future__ import annotations
 
-from vramtune.mechanisms import MECHANISMS, Mechanism
+from vramtune.mechanisms.base import Mechanism
+from vramtune.plugins import MECHANISMS
 
 
 def playing(role: str) -> list[str]:

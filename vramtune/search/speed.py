@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from vramtune.core.records import ProbeResult
 from vramtune.core.strategy import Strategy
-from vramtune.mechanisms import MECHANISMS, Mechanism
+from vramtune.mechanisms.base import Mechanism
 from vramtune.memory.fitting import least_squares
+from vramtune.plugins import MECHANISMS
 
 
 def speed_group(strategy: Strategy) -> str:

@@ -11,7 +11,7 @@ from vramtune.core.report import Tuned
 from vramtune.dialects.kits import kit_of, kit_spec, tags
 from vramtune.dialects.paddleformers.reading import formers_spec
 from vramtune.dialects.paddlenlp.reading import read_arguments, spec_from_arguments
-from vramtune.mechanisms import MECHANISMS
+from vramtune.plugins import MECHANISMS
 from vramtune.spec.schema import Spec, spec_from_dict
 
 OPTIONS_ELSEWHERE = ("KEY=VALUE overrides / -O apply to PaddleFormers and kit configs only; for a vramtune spec or "

@@ -9,8 +9,7 @@ from typing import Any
 
 from vramtune.core.reading import Problem, Section, Sections, SpecError, describe, positive
 from vramtune.core.units import SizeError, parse_size
-from vramtune.mechanisms import MECHANISMS, fixed_fields
-from vramtune.sources import SOURCES
+from vramtune.plugins import MECHANISMS, SOURCES, fixed_fields
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|gpu|gpu:\d+)$")

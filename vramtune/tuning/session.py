@@ -13,18 +13,17 @@ from typing import Any, Callable
 
 from vramtune.core.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.core.report import Report
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import FIELDS, Strategy
 from vramtune.dialects.roundtrip import RoundTripError
 from vramtune.doctor.gate import DoctorFailed, require_doctor
 from vramtune.export import ExportError
-from vramtune.mechanisms import MECHANISMS, strategy_fields
 from vramtune.memory.counted import counted_state, given_for
 from vramtune.memory.prior import activation_prior
+from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing import interrupts
 from vramtune.probing.runner import Backend, DeviceError
 from vramtune.probing.store import ResultStore, StoreError, device_lock_path, file_lock, spec_key
 from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
-from vramtune.sources import SOURCES
 from vramtune.spec import Problem, Spec, SpecError
 
 Say = Callable[[str], None]
@@ -93,7 +92,7 @@ def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
     with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
         result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
     session.shapes_checked = session.shapes_checked or result.peak_bytes is not None  # it trained
-    return result.judged(session.budget)
+    return result.judged(session.budget, [m.judge for m in MECHANISMS])
 
 
 def measure_checked(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
@@ -107,7 +106,7 @@ def measure_checked(session: Session, strategy: Strategy, on_wait: Say) -> Probe
 def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
     """The strategy `vramtune measure` was given; every bad flag is reported at once (exit 2)."""
     problems = []
-    for field in strategy_fields():
+    for field in FIELDS.values():
         value = values.get(field.name)
         message = field.check(value) if value is not None else None
         if message:

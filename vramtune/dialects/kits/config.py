@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 import yaml
 
-from vramtune.mechanisms import MECHANISMS
 from vramtune.mechanisms.static_graph import KIT_KEY as STATIC_KEY  # noqa: F401  PaddleOCR checks what it compiles
 from vramtune.sources.base import Source
 
@@ -85,18 +84,24 @@ class Kit:
 def search_off(config: dict[str, Any]) -> dict[str, str]:
     """The spec's search keys for what neither kit's config can say (each mechanism's `from_kit`: recompute,
     sharding, and compiling unless the config asks for it)."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     return {key: value for mechanism in MECHANISMS for key, value in mechanism.from_kit(config).items()}
 
 
 def eval_phase(batch: int) -> dict[str, Any]:
     """The spec's train keys for the kit's evaluation at its batch (`kit_phase`: loss only)."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     return {key: value for mechanism in MECHANISMS for key, value in mechanism.kit_phase(batch).items()}
 
 
 def kit_terms(strategy: Any, facts: dict[str, Any]) -> dict[str, Any]:
     """A strategy's values in the terms the kits' keys take (each mechanism's `kit_terms`, its facts by name)."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     return {key: value for mechanism in MECHANISMS
-            for key, value in mechanism.kit_terms(strategy, facts.get(mechanism.name, {})).items()}
+            for key, value in mechanism.kit_terms(strategy, facts).items()}
 
 
 def evaluated_batch(tuned: Any) -> int | None:
@@ -106,6 +111,8 @@ def evaluated_batch(tuned: Any) -> int | None:
 
 def amp_choices(dtypes: tuple[str, ...]) -> list[str]:
     """The AMP modes a kit's config can say: every level, in the dtypes (Paddle's names) it has a key for."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     return [value for mechanism in MECHANISMS for value in mechanism.kit_choices(dtypes)]
 
 
@@ -117,6 +124,8 @@ def paddle_amp(strategy: Any) -> tuple[str, str]:
 
 def compiled(tuned: Any) -> dict[str, Any]:
     """The kits' shared keys a choice sets (each mechanism's `to_kit`: Global.to_static when it compiles the model)."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     return {key: value for mechanism in MECHANISMS for key, value in mechanism.to_kit(tuned).items()}
 
 

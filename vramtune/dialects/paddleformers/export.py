@@ -17,7 +17,6 @@ from vramtune.core.report import Report, Tuned
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
 from vramtune.dialects.recorded import with_budget_line
 from vramtune.dialects.roundtrip import DELETE, set_keys, value_text
-from vramtune.mechanisms import MECHANISMS
 
 NAME, SUFFIX = "paddleformers", ".tuned"
 ACCEPTED = None  # the search explores only what the file can say (recompute every layer or none; no to_static)
@@ -25,6 +24,8 @@ ACCEPTED = None  # the search explores only what the file can say (recompute eve
 
 def tuned_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
     """The keys the choice changes, and their new values (DELETE removes a key)."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     changes: dict[str, Any] = {}
     for mechanism in MECHANISMS:
         changes.update(mechanism.to_formers(config, tuned))

@@ -21,7 +21,6 @@ from vramtune.core.text import did_you_mean
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, VERSION
 from vramtune.dialects.paddleformers.lengths import longest_sample
-from vramtune.mechanisms import MECHANISMS
 from vramtune.probing.store import cache_root
 
 # keys only PaddleFormers 1.x has (PaddleNLP 2.8's arguments files have none of them): how a file is recognised
@@ -153,6 +152,8 @@ def _sequence(section: Section, config: dict[str, Any], folder: str | None, data
 
 def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) -> tuple[dict[str, Any], list[str]]:
     """The raw spec (as a YAML spec would give it) for a PaddleFormers config, and warnings for the user."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     problems: list[Problem] = []
     warnings: list[str] = []
     unknown = sorted(key for key in config if key not in ACCEPTED)

@@ -46,7 +46,7 @@ class FormersModel:
 
 def cpu_equivalents(arguments: dict[str, Any]) -> dict[str, Any]:
     """The file's GPU-only settings and their CPU equivalents for a probe on CPU (never written back)."""
-    from vramtune.mechanisms import MECHANISMS  # here: at the top it would load while the source registry does
+    from vramtune.plugins import MECHANISMS  # here: plugins imports this dialect
 
     changes: dict[str, Any] = {}
     for mechanism in MECHANISMS:
@@ -108,7 +108,7 @@ class Formers(Source):
 def probe_arguments(settings: FormersModel, device_kind: str) -> dict[str, Any]:
     """The file's arguments as a probe parses them: the model folder absolute, the keys the search decides left out
     (each mechanism's `formers_keys`), CPU equivalents on CPU, outputs in a scratch folder."""
-    from vramtune.mechanisms import MECHANISMS
+    from vramtune.plugins import MECHANISMS
 
     searched = {key for mechanism in MECHANISMS for key in mechanism.formers_keys}
     arguments = {key: value for key, value in settings.arguments.items() if key not in searched}

@@ -9,7 +9,6 @@ from typing import Any
 
 from vramtune.core.report import Report, Tuned
 from vramtune.dialects.paddlenlp.keys import TRAINING_ARGUMENTS
-from vramtune.mechanisms import MECHANISMS
 
 NAME, SUFFIX = "paddlenlp", ".tuned.json"
 ACCEPTED = frozenset(TRAINING_ARGUMENTS)  # PdArgumentParser(TrainingArguments)'s fields
@@ -18,6 +17,8 @@ ACCEPTED = frozenset(TRAINING_ARGUMENTS)  # PdArgumentParser(TrainingArguments)'
 def tuned_arguments(tuned: Tuned, optimizer: str) -> tuple[dict[str, Any], list[str]]:
     """The PaddleNLP keys the tuning decides (TrainingArguments and llm-script ModelArgument keys), and warnings
     for what does not map exactly."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     arguments: dict[str, Any] = {"do_train": True}
     warnings: list[str] = []
     for mechanism in MECHANISMS:
@@ -38,6 +39,8 @@ def accepted_only(arguments: dict[str, Any], accepted: frozenset[str], parser: s
                                                                                           list[str]]:
     """The keys the parser reads; the others are left out (a value a parser without the key leaves anyway
     silently, any other with a warning naming it)."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     defaults = {key: value for mechanism in MECHANISMS for key, value in mechanism.argument_defaults.items()}
     kept = {key: value for key, value in arguments.items() if key in accepted}
     left = {key: value for key, value in arguments.items()

@@ -16,7 +16,6 @@ from typing import Any
 
 from vramtune.core.reading import Problem, Section, SpecError, positive, read_spec_text
 from vramtune.dialects.paddlenlp.keys import KNOWN, refusal
-from vramtune.mechanisms import MECHANISMS
 from vramtune.sources.paddlenlp import config_file, looks_like_path
 
 SEQUENCE_KEYS = ("max_length", "max_seq_length")
@@ -85,6 +84,8 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 def spec_from_arguments(arguments: dict[str, Any], file: str) -> tuple[dict[str, Any], list[str]]:
     """The raw spec (as a YAML spec would give it) for a PaddleNLP arguments file, and warnings for the user."""
+    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
+
     problems: list[Problem] = []
     warnings: list[str] = []
     section = Section(problems, file, "", arguments)

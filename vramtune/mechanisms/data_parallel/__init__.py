@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from vramtune.core.reading import positive
-from vramtune.mechanisms.base import Field, Launch, Mechanism, Option
+from vramtune.core.strategy import FIELDS
+from vramtune.mechanisms.base import Launch, Mechanism, Option
 
 WORKER = Path(__file__).resolve().parents[2] / "child" / "worker.py"
 
 
 class DataParallel(Mechanism):
     name = "data_parallel"
-    fields = (Field("devices", int, 1, "--devices", "-n", "data-parallel ranks on this node", positive(1024)),)
-    facts = ("rank_peak_bytes",)  # every rank's peak; peak_bytes is the largest
+    fields = (FIELDS["devices"],)
     options = (Option("devices", "--devices", int, None, "data-parallel ranks on this node (overrides the spec)",
                       lambda value: {"devices": value}),)
     soft_term = True
@@ -26,9 +26,6 @@ class DataParallel(Mechanism):
 
     def fixed(self, settings: int) -> dict:
         return {"devices": settings}
-
-    def label(self, strategy, facts) -> str:
-        return f"n={strategy.devices}" if strategy.devices > 1 else ""
 
     def phrase(self, strategy, facts) -> tuple[str, str] | None:
         return ("batch", f"{strategy.devices} devices") if strategy.devices > 1 else None

@@ -39,9 +39,6 @@ def kept_factor(accumulation_steps: int | None) -> int:
 
 class Evaluation(Mechanism):
     name = "evaluation"
-    # eval_batch: the largest measured evaluation batch that fits (None: none fits); eval_peaks: batch -> the peak of
-    # one evaluation step; eval_kept: batch -> bytes one step keeps on the device
-    facts = ("eval_batch", "eval_requested", "eval_peaks", "eval_kept", "eval_accumulation_steps")
 
     def read(self, spec) -> EvaluationSettings | None:
         raw = spec.train.data.get("evaluation")
@@ -96,7 +93,7 @@ class Evaluation(Mechanism):
         return {**dataclasses.asdict(settings), "limit": budget.limit} if settings else None
 
     def judge(self, result, limit: float) -> str | None:
-        facts = result.facts_of(self.name)
+        facts = result.facts
         if "eval_requested" not in facts:
             return None
         peaks = {int(size): peak for size, peak in facts.get("eval_peaks", {}).items()}
@@ -110,7 +107,7 @@ class Evaluation(Mechanism):
                 f"{int(_total(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
 
     def describe(self, result) -> list[str]:
-        facts = result.facts_of(self.name)
+        facts = result.facts
         chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
         if chosen is None:
             return []
@@ -129,7 +126,7 @@ class Evaluation(Mechanism):
                 f"{keeping}"]
 
     def to_arguments(self, tuned):
-        facts = tuned.facts_of(self.name)
+        facts = tuned.facts
         chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
         if chosen is None:
             return {}, []

@@ -15,36 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vramtune.core.reading import Section
+from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, PURE, dtype_of, level_of
 from vramtune.core.text import did_you_mean
-from vramtune.mechanisms.base import Field, Mechanism, Option
+from vramtune.mechanisms.base import Mechanism, Option
 
-PURE = "-o2"  # suffix of the O2 precisions
-SAFE = "-safe"  # fp16-safe: fp16 with the ops that overflow first kept in fp32 (the guide's answer to a NaN
-#                 loss under fp16, after bf16); tried only when fp16 came back unstable
-# least memory first: O2 never takes more than O1, and fp16 takes the bytes bf16 takes
-AMP_PRECISIONS = ("fp16-o2", "bf16-o2", "fp16", "bf16")
-PRECISIONS = ("fp32", *AMP_PRECISIONS, "fp16-safe")
 SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cross_entropy_with_softmax", "exp",
                    "log", "log_softmax", "layer_norm", "rms_norm", "mean", "reduce_mean", "sum", "reduce_sum",
                    "pow", "square", "sqrt", "rsqrt", "gelu", "silu", "tanh", "sigmoid", "batch_norm")
 # what PaddleNLP's Trainer (2.8, autocast_smart_context_manager) passes to auto_cast, so probes train as it does
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
-AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # Paddle's names
 LOSS_SCALE = 2.0**15
 FORMERS_COMPUTE_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "float32"}  # a PaddleFormers compute_type per dtype
 CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
               "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
-
-
-def dtype_of(precision: str) -> str:
-    """fp32, fp16 or bf16: the number format a precision computes in."""
-    return precision.removesuffix(PURE).removesuffix(SAFE)
-
-
-def level_of(precision: str) -> str:
-    """Paddle's AMP level: O0 (fp32), O1 (auto_cast) or O2 (decorated, pure half)."""
-    return "O0" if precision == "fp32" else "O2" if precision.endswith(PURE) else "O1"
 
 
 @dataclass
@@ -55,19 +39,13 @@ class PrecisionSettings:
     white_list: list[str] = field(default_factory=list)  # train.amp_custom_white_list: ops run in half
 
 
-def _check(value: str) -> str | None:
-    return None if value in PRECISIONS else f"must be one of {', '.join(PRECISIONS)}, got {value!r}"
-
-
 def _allowed(values: list[str] | None) -> dict[str, Any]:
     return {"search.precisions": None if values is None else [v for v in values if v != "fp32"]}
 
 
 class Precision(Mechanism):
     name = "precision"
-    fields = (Field("precision", str, "fp32", "--precision", "-p",
-                    "fp32 | fp16 | bf16 (AMP O1) | fp16-o2 | bf16-o2 (pure half, fp32 master weights) | fp16-safe "
-                    "(fp16, overflow-prone ops in fp32)", _check, choices=PRECISIONS),)
+    fields = (FIELDS["precision"],)
     options = (Option("precision", "--precision", str, None, "AMP modes allowed (fp16, bf16, fp16-o2, bf16-o2; fp32 "
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
@@ -140,9 +118,6 @@ class Precision(Mechanism):
     def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,
                 "white_list": settings.white_list}
-
-    def label(self, strategy, facts) -> str:
-        return strategy.precision
 
     def phrase(self, strategy, facts) -> tuple[str, str]:
         return "what", strategy.precision

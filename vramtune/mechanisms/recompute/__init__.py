@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from vramtune.core.strategy import FIELDS, GRANULARITIES
 from vramtune.dialects.roundtrip import DELETE
-from vramtune.mechanisms.base import Field, Mechanism, Option
+from vramtune.mechanisms.base import Mechanism, Option
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
-GRANULARITIES = ("full", "full_attn", "core_attn")  # full: the whole block; the others only PaddleNLP models know
 # what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
 MODEL_DEFAULTS = {"recompute_granularity": "full", "no_recompute_layers": None}
 # the one combination of a PaddleFormers config's recompute keys its own models honour: every layer
@@ -24,14 +24,6 @@ FORMERS_EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uni
 FORMERS_ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe")
 
 
-def _not_negative(value: int) -> str | None:
-    return None if value >= 0 else f"must be 0 or more, got {value}"
-
-
-def _granularity(value: str) -> str | None:
-    return None if value in GRANULARITIES else f"must be one of {', '.join(GRANULARITIES)}, got {value!r}"
-
-
 @dataclass
 class RecomputeSettings:
     enabled: bool = True  # search.recompute: auto
@@ -40,14 +32,10 @@ class RecomputeSettings:
 
 class Recompute(Mechanism):
     name = "recompute"
-    fields = (Field("recomputed_blocks", int, 0, "--recompute", "-r", "number of repeated blocks to recompute",
-                    _not_negative),
-              Field("recompute_granularity", str, "full", "--granularity", "-g", "what a recomputed block recomputes: "
-                    "full, or (PaddleNLP models that support it) full_attn / core_attn", _granularity))
+    fields = (FIELDS["recomputed_blocks"], FIELDS["recompute_granularity"])
     argument_defaults = MODEL_DEFAULTS
     formers_keys = (*FORMERS_EVERY_LAYER, "recompute_modules")
     most_cost = 0.5  # every block recomputed runs each forward once more: a forward is about a third of a step
-    facts = ("total_blocks", "block_path", "recompute_options")  # recompute_options: {granularities, partial}
     options = (Option("no_recompute", "--no-recompute", bool, False, "never recompute blocks",
                       lambda value: {"search.recompute": "off" if value else None}),)
 
@@ -72,7 +60,7 @@ class Recompute(Mechanism):
         search explores nothing else there), or the first N layers by the block method where the model's code
         recomputes those (the estimate's paddlefleet models: `formers_facts`); the file's combination removed when
         it recomputes nothing (and where the model recomputes the first N, a block method's)."""
-        recomputed, facts = tuned.strategy.recomputed_blocks, tuned.facts_of(self.name)
+        recomputed, facts = tuned.strategy.recomputed_blocks, tuned.facts
         partial = (facts.get("recompute_options") or {}).get("partial")
         if recomputed and partial and recomputed < facts.get("total_blocks", 0):
             return {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": recomputed}
@@ -89,11 +77,6 @@ class Recompute(Mechanism):
 
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
         return {"block_path": settings.block_path}
-
-    def label(self, strategy, facts) -> str:
-        granularity, total = strategy.recompute_granularity, facts.get("total_blocks")
-        return (f"r={strategy.recomputed_blocks}" + (f"/{total}" if total else "")
-                + (f":{granularity}" if granularity != "full" else ""))
 
     def phrase(self, strategy, facts) -> tuple[str, str] | None:
         """Nothing when no block is recomputed (as sharding and data parallel say nothing when off)."""
@@ -186,14 +169,14 @@ class Recompute(Mechanism):
         return strategy.recompute_granularity if partial else ""
 
     def suggest(self, search) -> list[str]:
-        if not search.settings(self.name).enabled and search.facts(self.name).get("total_blocks"):
+        if not search.settings(self.name).enabled and search.facts.get("total_blocks"):
             return ["recompute: set search.recompute to auto"]
         return []
 
     def to_arguments(self, tuned):
         """A model's own recompute: exactly what was measured. vramtune's wrapper has no PaddleNLP key (the
         Trainer's `recompute` only reaches layers with their own enable_recompute): see inexpressible()."""
-        facts = tuned.facts_of(self.name)
+        facts = tuned.facts
         recomputed, native = tuned.strategy.recomputed_blocks, facts.get("recompute_options")
         if not (native and recomputed):
             return {"recompute": False}, []
@@ -203,7 +186,7 @@ class Recompute(Mechanism):
         return arguments, []
 
     def inexpressible(self, tuned, accepted):
-        facts = tuned.facts_of(self.name)
+        facts = tuned.facts
         recomputed = tuned.strategy.recomputed_blocks
         if not recomputed:
             return None
@@ -218,7 +201,7 @@ class Recompute(Mechanism):
 
     def expressible_neighbour(self, tuned):
         """Every layer at the models' default granularity: `recompute: true` alone says it."""
-        facts = tuned.facts_of(self.name)
+        facts = tuned.facts
         native = facts.get("recompute_options")
         granularity = self.argument_defaults["recompute_granularity"]
         if not native or granularity not in native["granularities"]:
@@ -229,7 +212,7 @@ class Recompute(Mechanism):
     def levels(self, plain, search):
         """r = L .. 0 blocks at one micro-batch; a model's own recompute without partial layers offers all or
         none, at its first granularity (GPT: core_attn only)."""
-        facts = search.facts(self.name)
+        facts = search.facts
         blocks, native = facts.get("total_blocks") or 0, facts.get("recompute_options")
         if not search.settings(self.name).enabled:
             return []
@@ -247,7 +230,7 @@ class Recompute(Mechanism):
         """A model's own recompute may offer cheaper granularities (full_attn, core_attn: they recompute less, save
         less): measured at every layer, at the micro-batch where recompute was needed."""
         best = search.results[found]
-        facts = search.facts(self.name)
+        facts = search.facts
         native = facts.get("recompute_options")
         if not (native and found.recomputed_blocks):
             return best
