@@ -108,21 +108,25 @@ def test_no_stage_on_several_ranks_clears_the_stage_the_arguments_file_stated(tm
     assert json.loads(text)["sharding"] == ""
 
 def test_the_faithful_format_names_each_formats_own_tool():
-    assert [expressible.faithful_format(name) for name in ("yaml", "arguments", "kit", "paddleformers", "new")] == [
+    from vramtune.dialects.base import Format
+    from vramtune.plugins import FORMATS
+
+    new = Format("new", ".new", lambda *_: ("", []))
+    assert [expressible.faithful_format(FORMATS.get(name, new))
+            for name in ("yaml", "arguments", "kit", "paddleformers", "new")] == [
         "--format yaml, trained with vramtune.runtime", "--format arguments, for PaddleNLP's llm scripts",
         "--format kit, for the kit's own tools/train.py", "--format paddleformers, for paddleformers-cli train",
         "--format new"]
 
 
 def test_a_format_without_accepted_says_everything(fake_cli, monkeypatch, tmp_path):
-    from types import SimpleNamespace
-
     from conftest import CONFIGS
 
     from vramtune import export
+    from vramtune.dialects.base import Format
     from vramtune.dialects.spec import export as yaml_spec
 
-    recipe = SimpleNamespace(NAME="yaml", SUFFIX=".tuned.yaml", render=yaml_spec.render)  # ARCHITECTURE.md's three
+    recipe = Format("yaml", ".tuned.yaml", yaml_spec.render)  # a format's three required parts
     monkeypatch.setitem(export.FORMATS, "yaml", recipe)
     invoke, _ = fake_cli(FakeDevice())
     code, _, err = invoke("apply", CONFIGS / "mlp-python-cpu.yaml", "--budget", "64MiB", "-o", tmp_path / "out.yaml")

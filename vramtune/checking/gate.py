@@ -8,14 +8,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from vramtune import export
 from vramtune.checking.stated import stated_strategy
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes, format_percent, format_setting
 from vramtune.dialects.recorded import recorded_budget, recorded_options
-from vramtune.dialects.spec import export as yaml_spec
 from vramtune.plugins import MECHANISMS
 from vramtune.probing.runner import Backend, DeviceError
 from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
@@ -82,7 +80,7 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
 
 def is_tool_file(spec: Spec) -> bool:
     """A PaddleFormers, PaddleNLP or kit file: written back by apply in the tool's own format, without tuned:."""
-    return not spec.tuned and export.default_format(Path(spec.path)) != yaml_spec.NAME
+    return not spec.tuned and spec.dialect != "spec"
 
 
 def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = None,

@@ -22,7 +22,7 @@ from vramtune.core.reading import Problem, SpecError
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Report
 from vramtune.core.strategy import FIELDS, Strategy
-from vramtune.dialects.kits import tags
+from vramtune.dialects import yaml_file as tags
 from vramtune.dialects.paddleformers.shape import model_shape
 from vramtune.memory.architecture import ArchitectureError, read_config
 from vramtune.plugins import MECHANISMS

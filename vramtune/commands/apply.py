@@ -69,7 +69,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                 f"`{common.probe_command(spec_path, budget, device, target_batch, options)}`",
                                 common.EXIT_NO_FIT)
         result, preferred = export.prefer(name, spec, result)  # a format's own choice among the fitting results
-        faithful = expressible.faithful_format(export.default_format(spec_path))
+        faithful = expressible.faithful_format(export.FORMATS[export.default_format(spec_path)])
         exported = exported_result(spec_session, result, name, faithful)
         note = exported.note(result.chosen, name, faithful)
         text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result), out)
@@ -102,7 +102,7 @@ def exported_result(spec_session: session.Session, report: Report, format_name: 
     assert report.chosen is not None
     floor = expressible.micro_batch_floor(spec_session.spec.settings, report.chosen)
     try:
-        accepted = getattr(export.FORMATS[format_name], "ACCEPTED", None)  # None: the format says everything
+        accepted = export.FORMATS[format_name].accepted  # None: the format says everything
         return expressible.exported(report.chosen, [*report.probes, *saved], accepted, floor, measure)
     except expressible.NothingExpressible as error:
         raise common.Failed(f"--format {format_name}: {error} (for the chosen one: {faithful})",

@@ -34,7 +34,7 @@ def _size(flag: str, value: str, path: Path) -> int:
 
 def _calibration(path: Path) -> list[ProbeResult]:
     from vramtune.core.report import Report
-    from vramtune.spec import read_yaml
+    from vramtune.dialects.yaml_file import read_yaml
 
     try:
         return gpu_probes(Report.from_json(read_yaml(path)))

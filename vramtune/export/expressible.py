@@ -10,6 +10,7 @@ from vramtune import plugins
 from vramtune.core.records import ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
+from vramtune.dialects.base import Format
 from vramtune.plugins import MECHANISMS
 from vramtune.search.choice import choose
 
@@ -35,15 +36,9 @@ class Exported:
                 f"{faithful})")
 
 
-# what trains each default format's file: the spec's own tool
-TRAINED_BY = {"yaml": "trained with vramtune.runtime", "arguments": "for PaddleNLP's llm scripts",
-              "kit": "for the kit's own tools/train.py", "paddleformers": "for paddleformers-cli train"}
-
-
-def faithful_format(default_format: str) -> str:
-    """Where the chosen configuration can always be said: the spec's own format."""
-    trained_by = TRAINED_BY.get(default_format)
-    return f"--format {default_format}, {trained_by}" if trained_by else f"--format {default_format}"
+def faithful_format(own: Format) -> str:
+    """Where the chosen configuration can always be said: the spec's own format, and what trains it."""
+    return f"--format {own.name}, {own.trained_by}" if own.trained_by else f"--format {own.name}"
 
 
 def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str | None:

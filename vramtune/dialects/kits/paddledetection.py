@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from vramtune.dialects.kits import tags
+from vramtune.dialects import yaml_file as tags
 from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, eager_parameters, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
