@@ -25,7 +25,7 @@ from vramtune.core.strategy import FIELDS, Strategy
 from vramtune.dialects import yaml_file as tags
 from vramtune.dialects.paddleformers.shape import model_shape
 from vramtune.memory.architecture import ArchitectureError, read_config
-from vramtune.plugins import MECHANISMS
+from vramtune.plugins import DIALECTS, MECHANISMS
 from vramtune.spec import Spec
 from vramtune.tuning.session import strategy_from_flags
 
@@ -81,9 +81,15 @@ def exported(spec: Spec, strategy: Strategy, device_kind: str, format_name: str,
 
 
 def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
-    """The file's own strategy, or a SpecError naming the keys the nearest listable strategy's export changes. The
-    batches are tried nearest the file's first (fewest keys changed with the rest at `base`): a kit's YAML takes a
-    tenth of a second a reading, and a render reads it twice."""
+    """The file's own strategy: as its dialect reads it, else by round trip through its format's writer."""
+    dialect = next(dialect for dialect in DIALECTS if dialect.name == spec.dialect)
+    return dialect.stated(spec, device_kind) if dialect.stated else written_as(spec, device_kind)
+
+
+def written_as(spec: Spec, device_kind: str) -> Strategy:
+    """The strategy whose export writes the file unchanged, or a SpecError naming the keys the nearest listable
+    strategy's export changes. The batches are tried nearest the file's first (fewest keys changed with the rest at
+    `base`): a kit's YAML takes a tenth of a second a reading, and a render reads it twice."""
     path = Path(spec.path)
     parse = json.loads if path.suffix == ".json" else tags.safe_load  # a JSON file may be indented with tabs
     data, format_name = flat(parse(path.read_text(encoding="utf-8"))), export.default_format(path)

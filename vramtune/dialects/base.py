@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from vramtune.core.report import Report
 from vramtune.core.spec import Spec
+from vramtune.core.strategy import Strategy
 
 Render = Callable[[Path, Spec, Report, str], "tuple[str, list[str]]"]
 
@@ -60,3 +61,6 @@ class Dialect:
     per_rank_batch: bool = False  # its batch is per rank: with N devices the target batch is N times it
     formats: tuple[Format, ...] = ()  # formats it offers other files besides (PaddleNLP's TrainingArguments JSON)
     refuses: Callable[[str, Path], str | None] = _written_by_any  # why another format cannot write its files
+    # the strategy a file of its states (what `check` and `measure` read), for a probe on this kind of device (a CPU
+    # runs fp32 whatever the file's precision); None: read back through its format's writer (checking/stated.py)
+    stated: Callable[[Spec, str], Strategy] | None = None
