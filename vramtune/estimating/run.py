@@ -72,7 +72,7 @@ class Estimate:
     @property
     def best(self) -> Row | None:
         fitting = [r for r in self.rows if r.fits and r.strategy.micro_batch >= self.least_micro_batch]
-        return min(fitting, key=Row.preference) if fitting else None
+        return min(fitting, key=lambda r: r.preference(MECHANISMS)) if fitting else None
 
     def to_json(self) -> dict[str, Any]:
         best = self.best
@@ -613,7 +613,7 @@ def _rows(spec: Spec, factors: Factors, budget: Budget, context: SpecContext) ->
     rows = []
     for combination in itertools.product(*explored, batches):
         strategy = Strategy(**{key: value for choice in combination for key, value in choice.items()})
-        estimate_row = row(context.counts, context.fit, factors, strategy, given, gpu=True)
+        estimate_row = row(MECHANISMS, context.counts, context.fit, factors, strategy, given, gpu=True)
         estimate_row.fits = budget.fits(estimate_row.reserved)
         rows.append(estimate_row)
     return rows
@@ -656,8 +656,9 @@ def calibrated(gpu: list[ProbeResult], counts: Counts, fit: ActivationFit) -> Fa
         fp32 = fit.activations(counts.layers, s.micro_batch, 0) - held.probed(counts)
         if s.recomputed_blocks or s.devices > 1 or fp32 <= fit.floor or probe.state_bytes is None:
             continue
-        kept = held.held(counts, state(counts, s, Given())["weights"])  # a kit's EMA, at the probe's precision
-        measured = probe.peak_bytes - probe.state_bytes - own_parts(counts, s) - kept
+        weights = state(MECHANISMS, counts, s, Given())["weights"]
+        kept = held.held(counts, weights)  # a kit's EMA, at the probe's precision
+        measured = probe.peak_bytes - probe.state_bytes - own_parts(MECHANISMS, counts, s) - kept
         ratios[level_of(s.precision)].append(measured / fp32)
     stated = Factors()
     return Factors(o1_activations=statistics.median(ratios["O1"]) if ratios["O1"] else stated.o1_activations,

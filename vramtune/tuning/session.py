@@ -143,8 +143,8 @@ def search_problem(session: Session) -> SearchProblem:
     return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
                          budget=session.budget, device=session.device, settings=spec.settings,
                          speed_rises_with_batch=session.device.kind == "gpu",
-                         state=counted_state(lambda: count_model(session), given_for(spec.train.optimizer,
-                                                                                     spec.settings)),
+                         state=counted_state(MECHANISMS, lambda: count_model(session),
+                                             given_for(spec.train.optimizer, spec.settings)),
                          activations=activation_prior(spec.model, session.device.kind))
 
 
