@@ -244,8 +244,8 @@ def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None 
                               dict(unsupported or {}), count=8)
     state = counted_state(MECHANISMS, counted.model_counts, given_for("adamw", settings)) if counted is not None \
         else None
-    return SearchProblem(target, sizes, Budget(budget, headroom), device, settings, speed_rises_with_batch, state,
-                         activations)
+    return SearchProblem(target, sizes, Budget(budget, headroom), device, MECHANISMS, settings, speed_rises_with_batch,
+                         state, activations)
 
 
 def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, vocab: int = 0) -> dict:

@@ -24,11 +24,12 @@ from vramtune.doctor.calibration import doctor_factors
 from vramtune.memory import held
 from vramtune.memory.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
 from vramtune.memory.state import ActivationFit, Counts, Factors, Given, Row, own_parts, row, state
-from vramtune.plugins import MECHANISMS, SOURCES, micro_batch_floor
+from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing.forking import ForkServer
 from vramtune.probing.runner import DeviceError
 from vramtune.probing.store import device_lock_path, file_lock
 from vramtune.search import BuildFailure
+from vramtune.search.choice import micro_batch_floor
 from vramtune.spec import Spec, apply_overrides, spec_from_dict
 from vramtune.tuning.session import job_for, unsupported
 
@@ -393,7 +394,7 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     context = SpecContext(devices, counts, fit, ratio, bool(recomputed))
     rows = _rows(spec, factors, budget, context)
     notes = _notes(spec, factors, scale, context)
-    least, why = micro_batch_floor(spec.settings, next(iter(prober.results.values())).facts)
+    least, why = micro_batch_floor(MECHANISMS, spec.settings, next(iter(prober.results.values())).facts)
     least = min(least, spec.micro_batches()[0])  # a target below the floor is its own micro-batch
     if least > 1:
         notes.append(f"no micro-batch below {least} is chosen, as `vramtune probe` chooses none: {why}")
