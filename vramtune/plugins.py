@@ -45,13 +45,6 @@ DIALECTS: tuple[Dialect, ...] = (formers_dialect.DIALECT, paddlenlp_dialect.DIAL
 FORMATS: dict[str, Format] = {f.name: f for dialect in DIALECTS for f in (dialect.format, *dialect.formats)}
 
 
-def micro_batch_floor(settings: dict[str, Any], facts: dict[str, Any]) -> tuple[int, str | None]:
-    """The smallest micro-batch any mechanism lets a choice take (a BatchNorm model's floor), and why; settings by
-    mechanism name."""
-    floors = [floor for m in MECHANISMS if (floor := m.min_micro_batch(settings.get(m.name), facts))]
-    return max(floors, default=(1, None))
-
-
 def fixed_fields(settings: dict[str, Any]) -> dict[str, Any]:
     """The strategy fields the spec's settings (by mechanism name) fix for the whole run (the devices)."""
     return {key: value for m in MECHANISMS for key, value in m.fixed(settings.get(m.name)).items()}

@@ -58,7 +58,7 @@ class Answer:
 
     def best(self, fine_tuning: str) -> Row | None:
         fitting = [r for r in self.rows[fine_tuning] if r.fits]
-        return min(fitting, key=Row.preference) if fitting else None
+        return min(fitting, key=lambda r: r.preference(MECHANISMS)) if fitting else None
 
     @property
     def fits(self) -> bool:
@@ -137,7 +137,7 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
     for fine_tuning in FINE_TUNINGS:
         rows[fine_tuning] = []
         for strategy in strategies(question, arch, fine_tuning):
-            predicted = row(counts[fine_tuning], fit, factors, strategy, given, gpu=True)
+            predicted = row(MECHANISMS, counts[fine_tuning], fit, factors, strategy, given, gpu=True)
             predicted.fits = budget.fits(predicted.reserved)
             rows[fine_tuning].append(predicted)
     active = count(arch).active

@@ -24,11 +24,12 @@ from vramtune.doctor.calibration import doctor_factors
 from vramtune.memory import held
 from vramtune.memory.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
 from vramtune.memory.state import ActivationFit, Counts, Factors, Given, Row, own_parts, row, state
-from vramtune.plugins import MECHANISMS, SOURCES, micro_batch_floor
+from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing.forking import ForkServer
 from vramtune.probing.runner import DeviceError
 from vramtune.probing.store import device_lock_path, file_lock
 from vramtune.search import BuildFailure
+from vramtune.search.choice import micro_batch_floor
 from vramtune.spec import Spec, apply_overrides, spec_from_dict
 from vramtune.tuning.session import job_for, unsupported
 
@@ -72,7 +73,7 @@ class Estimate:
     @property
     def best(self) -> Row | None:
         fitting = [r for r in self.rows if r.fits and r.strategy.micro_batch >= self.least_micro_batch]
-        return min(fitting, key=Row.preference) if fitting else None
+        return min(fitting, key=lambda r: r.preference(MECHANISMS)) if fitting else None
 
     def to_json(self) -> dict[str, Any]:
         best = self.best
@@ -393,7 +394,7 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
     context = SpecContext(devices, counts, fit, ratio, bool(recomputed))
     rows = _rows(spec, factors, budget, context)
     notes = _notes(spec, factors, scale, context)
-    least, why = micro_batch_floor(spec.settings, next(iter(prober.results.values())).facts)
+    least, why = micro_batch_floor(MECHANISMS, spec.settings, next(iter(prober.results.values())).facts)
     least = min(least, spec.micro_batches()[0])  # a target below the floor is its own micro-batch
     if least > 1:
         notes.append(f"no micro-batch below {least} is chosen, as `vramtune probe` chooses none: {why}")
@@ -613,7 +614,7 @@ def _rows(spec: Spec, factors: Factors, budget: Budget, context: SpecContext) ->
     rows = []
     for combination in itertools.product(*explored, batches):
         strategy = Strategy(**{key: value for choice in combination for key, value in choice.items()})
-        estimate_row = row(context.counts, context.fit, factors, strategy, given, gpu=True)
+        estimate_row = row(MECHANISMS, context.counts, context.fit, factors, strategy, given, gpu=True)
         estimate_row.fits = budget.fits(estimate_row.reserved)
         rows.append(estimate_row)
     return rows
@@ -656,8 +657,9 @@ def calibrated(gpu: list[ProbeResult], counts: Counts, fit: ActivationFit) -> Fa
         fp32 = fit.activations(counts.layers, s.micro_batch, 0) - held.probed(counts)
         if s.recomputed_blocks or s.devices > 1 or fp32 <= fit.floor or probe.state_bytes is None:
             continue
-        kept = held.held(counts, state(counts, s, Given())["weights"])  # a kit's EMA, at the probe's precision
-        measured = probe.peak_bytes - probe.state_bytes - own_parts(counts, s) - kept
+        weights = state(MECHANISMS, counts, s, Given())["weights"]
+        kept = held.held(counts, weights)  # a kit's EMA, at the probe's precision
+        measured = probe.peak_bytes - probe.state_bytes - own_parts(MECHANISMS, counts, s) - kept
         ratios[level_of(s.precision)].append(measured / fp32)
     stated = Factors()
     return Factors(o1_activations=statistics.median(ratios["O1"]) if ratios["O1"] else stated.o1_activations,

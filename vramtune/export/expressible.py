@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from vramtune import plugins
 from vramtune.core.records import ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
 from vramtune.dialects.base import Format
 from vramtune.plugins import MECHANISMS
-from vramtune.search.choice import choose
+from vramtune.search import choice
 
 Measure = Callable[[Strategy], ProbeResult]
 
@@ -52,7 +51,7 @@ def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str |
 
 def micro_batch_floor(settings: dict, chosen: ProbeResult) -> int:
     """The smallest micro-batch the search would choose (a mechanism's floor, e.g. a BatchNorm model's)."""
-    return plugins.micro_batch_floor(settings, chosen.facts)[0]
+    return choice.micro_batch_floor(MECHANISMS, settings, chosen.facts)[0]
 
 
 def exported(chosen: ProbeResult, probes: Iterable[ProbeResult], accepted: frozenset[str] | None, floor: int,
@@ -62,7 +61,7 @@ def exported(chosen: ProbeResult, probes: Iterable[ProbeResult], accepted: froze
     why = inexpressible(chosen, accepted)
     if why is None:
         return Exported(chosen)
-    best = choose([p for p in probes if p.fits and not inexpressible(p, accepted)], floor)
+    best = choice.choose(MECHANISMS, [p for p in probes if p.fits and not inexpressible(p, accepted)], floor)
     if best is None:
         tuned = Tuned(strategy=chosen.strategy, facts=chosen.facts)
         neighbour = next((s for m in MECHANISMS if (s := m.expressible_neighbour(tuned))), None)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
-from vramtune.mechanisms.base import Mechanism, Option
+from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
 SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
 
@@ -75,7 +75,7 @@ class Accumulation(Mechanism):
                                     "are noisy"
         return None
 
-    def suggest(self, search) -> list[str]:
+    def suggest(self, search: SearchView) -> list[str]:
         settings, smallest = search.settings(self.name), search.problem.micro_batches[-1]
         if smallest > search.floor:  # at the floor, a smaller one would not be probed
             return [f"a smaller micro-batch: lower train.target_batch or raise search.max_accumulation "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from vramtune.core.reading import Section
 from vramtune.core.strategy import FIELDS, SHARDING_STAGES
-from vramtune.mechanisms.base import Mechanism
+from vramtune.mechanisms.base import Mechanism, SearchView
 
 PARTITIONED = {1: ("optimizer",), 2: ("optimizer", "gradient"), 3: ("optimizer", "gradient", "weight")}
 STATE_PART = {"optimizer": "optimizer_state", "gradient": "gradients", "weight": "weights"}  # in the estimate's state
@@ -146,19 +146,19 @@ class Sharding(Mechanism):
         return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned.strategy.devices}, []
 
     # -- search ------------------------------------------------------------------------------------------
-    def considered(self, search) -> dict[int, str | None]:
+    def considered(self, search: SearchView) -> dict[int, str | None]:
         """stage -> why the device cannot run it (None: it can); only stage 0 with one rank or sharding off."""
         if search.base.devices < 2 or not search.settings(self.name):
             return {0: None}
         return {stage: search.unsupported(search.base.with_(sharding_stage=stage)) for stage in SHARDING_STAGES}
 
-    def stages(self, search) -> list[int]:
+    def stages(self, search: SearchView) -> list[int]:
         return [stage for stage, why in self.considered(search).items() if not why]
 
-    def notes(self, search) -> list[str]:
+    def notes(self, search: SearchView) -> list[str]:
         return [f"sharding stage {stage} skipped: {why}" for stage, why in self.considered(search).items() if why]
 
-    def whole_batch(self, base, search) -> None:
+    def whole_batch(self, base, search: SearchView) -> None:
         """The whole batch with the state partitioned, lowest stage first. The first stage is measured (it also
         shows what data parallel's own buffers cost); higher stages only where predicted to fit from the
         counted weight, gradient and optimizer bytes."""
@@ -169,10 +169,10 @@ class Sharding(Mechanism):
             if (index == 0 or hopeful) and search.probe("sharding", sharded).fits:
                 return
 
-    def alternatives(self, base, search):
+    def alternatives(self, base, search: SearchView):
         return [{"sharding_stage": stage} for stage in self.stages(search)]
 
-    def worth_searching(self, candidate, search) -> bool:
+    def worth_searching(self, candidate, search: SearchView) -> bool:
         """Stage 0 always; a higher stage where partitioning the state lets a larger micro-batch fit than the
         largest fitting without recompute (predicted)."""
         if not candidate.sharding_stage:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from vramtune.core.reading import refuse_when_on
 from vramtune.core.strategy import FIELDS
-from vramtune.mechanisms.base import Mechanism
+from vramtune.mechanisms.base import Mechanism, SearchView
 
 KIT_KEY = "Global.to_static"  # both kits' (PaddleClas, PaddleOCR): the model compiled with paddle.jit.to_static
 
@@ -52,7 +52,7 @@ class StaticGraph(Mechanism):
     def to_arguments(self, tuned):
         return ({"to_static": True}, []) if tuned.strategy.to_static else ({}, [])
 
-    def refine(self, best, search) -> None:
+    def refine(self, best, search: SearchView) -> None:
         """to_static at the best configuration: a static graph may reuse memory more (and often runs faster).
         Where the best needed recompute, its measured memory saving may let the same micro-batch run without it."""
         if not search.settings(self.name) or best.strategy.to_static:

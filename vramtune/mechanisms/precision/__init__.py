@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from vramtune.core.reading import Section
 from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, PURE, dtype_of, level_of
 from vramtune.core.text import did_you_mean
-from vramtune.mechanisms.base import Mechanism, Option
+from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
 SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cross_entropy_with_softmax", "exp",
                    "log", "log_softmax", "layer_norm", "rms_norm", "mean", "reduce_mean", "sum", "reduce_sum",
@@ -204,11 +204,11 @@ class Precision(Mechanism):
         return {"amp_level": level_of(precision), "amp_dtype": AMP_DTYPES.get(dtype_of(precision), "float32")}
 
     # -- search ------------------------------------------------------------------------------------------
-    def amp(self, search) -> list[str]:
+    def amp(self, search: SearchView) -> list[str]:
         """The AMP modes the spec allows and the device runs, least memory first."""
         return [p for p in search.settings(self.name).allowed if not search.unsupported(search.base.with_(precision=p))]
 
-    def notes(self, search) -> list[str]:
+    def notes(self, search: SearchView) -> list[str]:
         skipped: dict[str, list[str]] = {}  # why -> the precisions skipped for it
         for precision in search.settings(self.name).allowed:
             why = search.unsupported(search.base.with_(precision=precision))
@@ -216,17 +216,17 @@ class Precision(Mechanism):
                 skipped.setdefault(why, []).append(precision)
         return [f"{', '.join(precisions)} skipped: {why}" for why, precisions in skipped.items()]
 
-    def suggest(self, search) -> list[str]:
+    def suggest(self, search: SearchView) -> list[str]:
         if len(self.amp(search)) < len(search.settings(self.name).allowed):
             return ["AMP (fp16/bf16, O1 or O2) on a GPU, which roughly halves activation memory"]
         return []
 
-    def whole_batch(self, base, search) -> None:
+    def whole_batch(self, base, search: SearchView) -> None:
         for precision in self.amp(search):
             if search.probe("amp", base.with_(precision=precision)).status in ("oom", "over_budget"):
                 break  # least memory first (O2, then O1): the next one would not fit either
 
-    def alternatives(self, base, search):
+    def alternatives(self, base, search: SearchView):
         for precision in self.amp(search):
             yield {"precision": precision}
         if self.fp16_unstable(search):
@@ -239,7 +239,7 @@ class Precision(Mechanism):
                 yield {"precision": "fp16-safe"}
         yield {"precision": "fp32"}
 
-    def worth_searching(self, candidate, search) -> bool:
+    def worth_searching(self, candidate, search: SearchView) -> bool:
         """Measured at the best configuration; fp16 at another level is not searched once fp16 went non-finite
         where a bf16 mode trains stably (bf16 has fp16's bytes and speed, and fp32's range)."""
         if dtype_of(candidate.precision) == "fp16" and candidate.precision != "fp16-safe" and \
@@ -250,13 +250,13 @@ class Precision(Mechanism):
         return search.could_win(self, candidate)
 
     @staticmethod
-    def stable_bf16(search) -> str | None:
+    def stable_bf16(search: SearchView) -> str | None:
         """A bf16 mode measured to fit and train stably, if any."""
         return next((s.precision for s, r in search.results.items() if dtype_of(s.precision) == "bf16" and r.fits),
                     None)
 
     @staticmethod
-    def fp16_unstable(search) -> bool:
+    def fp16_unstable(search: SearchView) -> bool:
         """fp16 (O1 or O2) went non-finite and never trained stably."""
         fp16 = [r for s, r in search.results.items() if s.precision in ("fp16", "fp16-o2")]
         return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from vramtune.core.strategy import FIELDS, GRANULARITIES
 from vramtune.dialects.roundtrip import DELETE
-from vramtune.mechanisms.base import Mechanism, Option
+from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
 # what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
@@ -168,7 +168,7 @@ class Recompute(Mechanism):
         partial = strategy.recomputed_blocks and strategy.recompute_granularity != "full"
         return strategy.recompute_granularity if partial else ""
 
-    def suggest(self, search) -> list[str]:
+    def suggest(self, search: SearchView) -> list[str]:
         if not search.settings(self.name).enabled and search.facts.get("total_blocks"):
             return ["recompute: set search.recompute to auto"]
         return []
@@ -209,7 +209,7 @@ class Recompute(Mechanism):
         return tuned.strategy.with_(recomputed_blocks=facts["total_blocks"], recompute_granularity=granularity)
 
     # -- search: an axis ---------------------------------------------------------------------------------
-    def levels(self, plain, search):
+    def levels(self, plain, search: SearchView):
         """r = L .. 0 blocks at one micro-batch; a model's own recompute without partial layers offers all or
         none, at its first granularity (GPT: core_attn only)."""
         facts = search.facts
@@ -226,7 +226,7 @@ class Recompute(Mechanism):
                 counts = [blocks, 0]
         return [plain.with_(recomputed_blocks=r, recompute_granularity=granularity if r else "full") for r in counts]
 
-    def refine_level(self, found, search):
+    def refine_level(self, found, search: SearchView):
         """A model's own recompute may offer cheaper granularities (full_attn, core_attn: they recompute less, save
         less): measured at every layer, at the micro-batch where recompute was needed."""
         best = search.results[found]
