@@ -85,12 +85,6 @@ class DataParallel(Mechanism):
         return {}, [f"launch with: python -m paddle.distributed.launch --nproc_per_node {devices} "
                     "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
 
-    def doctor_checks(self) -> tuple:
-        """Two NCCL ranks each measure their own peak, as multi-rank probes do (sharding's too)."""
-        from vramtune.doctor.ranks import CHECK
-
-        return (CHECK,)
-
     def prepare_training(self, model, optimizer, strategy, settings):
         from vramtune.mechanisms.data_parallel import distributed
 

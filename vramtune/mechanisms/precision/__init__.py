@@ -261,16 +261,6 @@ class Precision(Mechanism):
         fp16 = [r for s, r in search.results.items() if s.precision in ("fp16", "fp16-o2")]
         return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)
 
-    # -- `vramtune doctor` ------------------------------------------------------------------------------
-    def doctor_checks(self) -> tuple:
-        """AMP O1/O2's casts, GradScaler, and AMP's activations (they calibrate `estimate`)."""
-        from vramtune.doctor.amp import CHECK
-
-        return (CHECK,)
-
-    def device_words(self, device) -> str:
-        return "; ".join(device.amp_unsupported.values()) or "fp16 and bf16 AMP supported"
-
     # -- child side --------------------------------------------------------------------------------------
     def device_limits(self, kind: str, index: int) -> dict[str, str]:
         """The AMP precisions the device cannot measure: none on a CPU (Paddle's AMP is a no-op there), those a GPU's

@@ -242,13 +242,6 @@ class Recompute(Mechanism):
                     best = other
         return best
 
-    # -- `vramtune doctor` ------------------------------------------------------------------------------
-    def doctor_checks(self) -> tuple:
-        """vramtune's wrapper and the model library's own recompute lower a small transformer's peak."""
-        from vramtune.doctor.recompute import CHECK
-
-        return (CHECK,)
-
     # -- child side --------------------------------------------------------------------------------------
     def configure_model(self, config, strategy, settings):
         from vramtune.mechanisms.recompute import native
