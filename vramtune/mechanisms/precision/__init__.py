@@ -122,9 +122,6 @@ class Precision(Mechanism):
     def phrase(self, strategy, facts) -> tuple[str, str]:
         return "what", strategy.precision
 
-    def smoke(self, strategy) -> dict[str, Any]:
-        return {"precision": "fp32"}  # AMP is not checked on CPU
-
     def weight(self, strategy) -> int:
         """O1 wins a tie with O2 (fewer numerics changed), fp32 wins a tie with both."""
         return {"O0": 0, "O1": 1, "O2": 2}[level_of(strategy.precision)]
