@@ -45,9 +45,6 @@ class Accumulation(Mechanism):
             settings.micro_batches = None
         return settings
 
-    def phrase(self, strategy, facts) -> tuple[str, str]:
-        return "batch", f"micro-batch {strategy.micro_batch} x accumulation {strategy.accumulation}"
-
     preferred = (2, "the largest micro-batch")
 
     def preference(self, strategy) -> list[tuple[int, int]]:

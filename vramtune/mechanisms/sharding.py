@@ -24,9 +24,6 @@ class Sharding(Mechanism):
     def read(self, spec) -> bool:
         return spec.search.get("sharding", str, "auto", choices=("auto", "off")) != "off"
 
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        return ("memory", f"sharding stage {strategy.sharding_stage}") if strategy.sharding_stage else None
-
     def weight(self, strategy) -> int:
         return strategy.sharding_stage
 

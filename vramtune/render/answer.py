@@ -10,13 +10,13 @@ from vramtune.estimating.answer import FINE_TUNINGS, Answer, file_keys
 from vramtune.render.console import (
     add_peak_rows,
     add_strategy_columns,
-    best_words,
     console,
     estimate_facts,
     fills,
     preferences,
     say,
 )
+from vramtune.render.words import best_words
 
 
 def headline(answer: Answer) -> str:

@@ -18,6 +18,7 @@ from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes, format_setting, format_share
 from vramtune.plugins import MECHANISMS
 from vramtune.render.chart import text_chart
+from vramtune.render.words import best_words, chosen_lines, measured_lines
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: wide enough for the probe table
@@ -127,13 +128,8 @@ def choice_line(report: Report) -> str:
     headroom = f"budget {format_bytes(budget.bytes)} less {format_setting(budget.headroom)} headroom"
     if chosen:
         used = chosen.used_bytes
-        words: dict[str, list[str]] = {"what": [], "batch": [], "memory": []}
-        for mechanism in MECHANISMS:
-            if said := mechanism.phrase(chosen.strategy, chosen.facts):
-                words[said[0]].append(said[1])
-        batch = " x ".join(words["batch"]) + f" = {report.target_batch}"
-        return (f"chosen: {', '.join([*words['what'], batch, *words['memory']])}; peak {format_bytes(used)} of "
-                f"{format_bytes(limit)} ({format_share(used, limit)}; {headroom}), "
+        return (f"chosen: {best_words(chosen.strategy, chosen.facts, report.target_batch)}; peak {format_bytes(used)} "
+                f"of {format_bytes(limit)} ({format_share(used, limit)}; {headroom}), "
                 f"{chosen.samples_per_sec:.1f} samples/s")
     return f"nothing fits {format_bytes(limit)} ({headroom}) at target batch {report.target_batch}."
 
@@ -143,9 +139,8 @@ def render_breakdown(chosen: ProbeResult) -> None:
     if parts:
         say("  what fills its peak: " + ", ".join(f"{name.replace('_', ' ')} {format_bytes(size)}"
                                                   for name, size in parts.items()))
-    for mechanism in MECHANISMS:
-        for line in mechanism.describe(chosen):
-            say(f"  {line}")
+    for line in chosen_lines(chosen):
+        say(f"  {line}")
 
 
 def render_tuning(report: Report) -> None:
@@ -187,9 +182,8 @@ def render_measure(result: ProbeResult, verbose: bool = False) -> None:
             + f" (budget {format_bytes(result.budget_bytes)})")
         say(f"  {result.step_seconds:.3f}s per optimizer step, {result.samples_per_sec:.1f} "
             f"samples/s, loss {result.loss}")
-    for mechanism in MECHANISMS:
-        for line in mechanism.measured_lines(result.facts):
-            say(f"  {line}")
+    for line in measured_lines(result.facts):
+        say(f"  {line}")
     if result.error:
         say(f"  {result.error}")
     if result.device:
@@ -247,15 +241,6 @@ def add_peak_rows(table: Table, rows: list[Any], facts: dict[str, Any], *first: 
                       format_bytes(largest.reserved) if largest else "-",
                       f"m={above.strategy.micro_batch}" if above else "-",
                       format_bytes(above.reserved) if above else "-")
-
-
-def best_words(strategy: Strategy, facts: dict[str, Any]) -> str:
-    """A predicted best in every mechanism's words (as in the one-line answer)."""
-    words: dict[str, list[str]] = {"what": [], "batch": [], "memory": []}
-    for mechanism in MECHANISMS:
-        if said := mechanism.phrase(strategy, facts):
-            words[said[0]].append(said[1])
-    return ", ".join([*words["what"], " x ".join(words["batch"]), *words["memory"]])
 
 
 def fills(row: Any) -> str:

@@ -27,9 +27,6 @@ class DataParallel(Mechanism):
     def fixed(self, settings: int) -> dict:
         return {"devices": settings}
 
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        return ("batch", f"{strategy.devices} devices") if strategy.devices > 1 else None
-
     def unsupported(self, strategy, device) -> str | None:
         if device.kind == "gpu" and strategy.devices > device.count:
             return f"{strategy.devices} ranks need {strategy.devices} GPUs; this machine has {device.count}"

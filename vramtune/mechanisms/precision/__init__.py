@@ -119,9 +119,6 @@ class Precision(Mechanism):
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,
                 "white_list": settings.white_list}
 
-    def phrase(self, strategy, facts) -> tuple[str, str]:
-        return "what", strategy.precision
-
     def weight(self, strategy) -> int:
         """O1 wins a tie with O2 (fewer numerics changed), fp32 wins a tie with both."""
         return {"O0": 0, "O1": 1, "O2": 2}[level_of(strategy.precision)]
