@@ -9,7 +9,7 @@ from fakes import FakeDevice
 
 from vramtune.core.records import ProbeResult
 from vramtune.core.strategy import Strategy
-from vramtune.render.console import choice_line
+from vramtune.render.tuning import choice_line
 from vramtune.render.words import chosen_lines
 
 MiB = 2**20
