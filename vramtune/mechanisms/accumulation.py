@@ -9,9 +9,6 @@ from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
-SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
-
-
 BATCHNORM_FLOOR = 16  # BatchNorm statistics over fewer samples are noisy (Wu & He, Group Normalization, 2018)
 
 
@@ -47,12 +44,6 @@ class Accumulation(Mechanism):
             section.fail("micro_batches", f"must be a list of positive integers, got {settings.micro_batches}")
             settings.micro_batches = None
         return settings
-
-    def phrase(self, strategy, facts) -> tuple[str, str]:
-        return "batch", f"micro-batch {strategy.micro_batch} x accumulation {strategy.accumulation}"
-
-    def smoke(self, strategy) -> dict:
-        return {"micro_batch": 1, "accumulation": min(strategy.accumulation, SMOKE_MAX_ACCUMULATION)}
 
     preferred = (2, "the largest micro-batch")
 

@@ -66,12 +66,6 @@ class PeftSettings:
     lora: Lora | None = None
     prefix_tokens: int | None = None  # prefix tuning's virtual tokens
 
-    @property
-    def label(self) -> str:
-        parts = ([f"prefix tuning ({self.prefix_tokens} tokens)"] if self.prefix_tokens else []) + \
-                ([f"LoRA r={self.lora.rank}"] if self.lora else [])
-        return " + ".join(parts)
-
 
 def _lora(value: Any, section: Section) -> Lora | None:
     """train.lora: true, or a mapping of LORA_KEYS."""
@@ -157,14 +151,6 @@ class Peft(Mechanism):
 
     def child_settings(self, settings: PeftSettings, budget) -> dict[str, Any] | None:
         return dataclasses.asdict(settings) if settings.lora or settings.prefix_tokens else None
-
-    def describe(self, result) -> list[str]:
-        facts = result.facts
-        applied, trained, total = facts.get("peft"), facts.get("trainable_params"), facts.get("total_params")
-        if not (applied and total):
-            return []
-        label = PeftSettings(Lora(**applied["lora"]) if applied["lora"] else None, applied["prefix_tokens"]).label
-        return [f"{label}: {trained:,} of {total:,} parameters trained ({trained / total:.2%})"]
 
     def to_arguments(self, tuned):
         applied = tuned.facts.get("peft") or {}

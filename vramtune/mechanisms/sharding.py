@@ -24,26 +24,6 @@ class Sharding(Mechanism):
     def read(self, spec) -> bool:
         return spec.search.get("sharding", str, "auto", choices=("auto", "off")) != "off"
 
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        return ("memory", f"sharding stage {strategy.sharding_stage}") if strategy.sharding_stage else None
-
-    def smoke(self, strategy) -> dict:
-        return {"sharding_stage": 0}
-
-    def on_ranks(self, strategy, devices) -> tuple[dict, list[str]]:
-        stage = strategy.sharding_stage if devices > 1 else 0
-        if stage:
-            fewer = devices < strategy.devices
-            return {"sharding_stage": stage}, [
-                f"sharding stage {stage} splits the state over {devices} ranks, not {strategy.devices}: each rank "
-                f"holds {'more' if fewer else 'less'} than it will in training, so "
-                + ("a pass holds there and a fail may not" if fewer else "a fail holds there and a pass may not")]
-        if strategy.sharding_stage:
-            return {"sharding_stage": 0}, [
-                f"sharding stage {strategy.sharding_stage} needs 2 ranks or more: measured without it, and without "
-                "data parallel's gradient buffers, so a pass may not hold on the tuned ranks"]
-        return {}, []
-
     def weight(self, strategy) -> int:
         return strategy.sharding_stage
 

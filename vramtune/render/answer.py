@@ -7,16 +7,9 @@ from rich.table import Table
 from vramtune.core.units import format_bytes
 from vramtune.dialects.roundtrip import value_text
 from vramtune.estimating.answer import FINE_TUNINGS, Answer, file_keys
-from vramtune.render.console import (
-    add_peak_rows,
-    add_strategy_columns,
-    best_words,
-    console,
-    estimate_facts,
-    fills,
-    preferences,
-    say,
-)
+from vramtune.render.console import add_peak_rows, add_strategy_columns, estimate_facts, fills, preferences
+from vramtune.render.output import console, say
+from vramtune.render.words import best_words
 
 
 def headline(answer: Answer) -> str:

@@ -27,21 +27,6 @@ class DataParallel(Mechanism):
     def fixed(self, settings: int) -> dict:
         return {"devices": settings}
 
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        return ("batch", f"{strategy.devices} devices") if strategy.devices > 1 else None
-
-    def smoke(self, strategy) -> dict:
-        return {"devices": 1}
-
-    def on_ranks(self, strategy, devices) -> tuple[dict, list[str]]:
-        notes = [f"measured on {devices} rank{'s' if devices > 1 else ''}, tuned on {strategy.devices}: each rank's "
-                 f"micro-batch and accumulation as tuned, {strategy.micro_batch * strategy.accumulation * devices} "
-                 f"samples per step instead of {strategy.batch}"]
-        if devices == 1 and not strategy.sharding_stage:  # with sharding, sharding says it
-            notes.append("one rank runs without data parallel's gradient buffers: a pass may not hold on the tuned "
-                         "ranks")
-        return {"devices": devices}, notes
-
     def unsupported(self, strategy, device) -> str | None:
         if device.kind == "gpu" and strategy.devices > device.count:
             return f"{strategy.devices} ranks need {strategy.devices} GPUs; this machine has {device.count}"
@@ -84,12 +69,6 @@ class DataParallel(Mechanism):
             return {}, []
         return {}, [f"launch with: python -m paddle.distributed.launch --nproc_per_node {devices} "
                     "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
-
-    def doctor_checks(self) -> tuple:
-        """Two NCCL ranks each measure their own peak, as multi-rank probes do (sharding's too)."""
-        from vramtune.doctor.ranks import CHECK
-
-        return (CHECK,)
 
     def prepare_training(self, model, optimizer, strategy, settings):
         from vramtune.mechanisms.data_parallel import distributed

@@ -98,32 +98,13 @@ class Evaluation(Mechanism):
             return None
         peaks = {int(size): peak for size, peak in facts.get("eval_peaks", {}).items()}
         chosen = facts.get("eval_batch")
-        if chosen is not None and _total(peaks.get(chosen), facts, chosen) <= limit:
+        if chosen is not None and peak_with_kept(peaks.get(chosen), facts, chosen) <= limit:
             return None
         smallest = min(peaks, default=None)
         if smallest is None or peaks[smallest] is None:
             return f"evaluation ran out of memory even at batch {smallest}"
         return (f"evaluation does not fit even at batch {smallest}: its peak "
-                f"{int(_total(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
-
-    def describe(self, result) -> list[str]:
-        facts = result.facts
-        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
-        if chosen is None:
-            return []
-        from vramtune.core.units import format_bytes
-
-        peak = _total(facts["eval_peaks"].get(str(chosen)), facts, chosen)
-        kept = facts["eval_kept"][str(chosen)]
-        steps = facts.get("eval_accumulation_steps")
-        lowered = f" (lowered from {requested}: larger ones do not fit)" if chosen < requested else ""
-        keeping = ("keeps nothing on the device from step to step" if not kept else
-                   f"keeps {format_bytes(kept / chosen)} per sample on the device for the whole evaluation set "
-                   "(bound it with the evaluation's accumulation steps: eval_accumulation_steps in a Trainer's "
-                   "arguments, train.evaluation.accumulation_steps in a spec)" if not steps else
-                   f"up to {steps} steps of {format_bytes(kept)} kept on the device, counted")
-        return [f"evaluation at batch {chosen}{lowered}: peak {format_bytes(peak)} with the training state resident; "
-                f"{keeping}"]
+                f"{int(peak_with_kept(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
 
     def to_arguments(self, tuned):
         facts = tuned.facts
@@ -150,8 +131,9 @@ class Evaluation(Mechanism):
                 "eval_accumulation_steps": settings["accumulation_steps"]}
 
 
-def _total(peak: int | None, facts: dict[str, Any], size: int | None) -> float:
-    """One evaluation step's peak plus what the earlier kept steps hold (when eval_accumulation_steps bounds them)."""
+def peak_with_kept(peak: int | None, facts: dict[str, Any], size: int | None) -> float:
+    """One evaluation step's peak plus what the earlier kept steps hold (when eval_accumulation_steps bounds them):
+    what must fit, and what the report says of the evaluation batch chosen."""
     if peak is None or size is None:
         return float("inf")
     return peak + kept_factor(facts.get("eval_accumulation_steps")) * facts["eval_kept"][str(size)]

@@ -119,12 +119,6 @@ class Precision(Mechanism):
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,
                 "white_list": settings.white_list}
 
-    def phrase(self, strategy, facts) -> tuple[str, str]:
-        return "what", strategy.precision
-
-    def smoke(self, strategy) -> dict[str, Any]:
-        return {"precision": "fp32"}  # AMP is not checked on CPU
-
     def weight(self, strategy) -> int:
         """O1 wins a tie with O2 (fewer numerics changed), fp32 wins a tie with both."""
         return {"O0": 0, "O1": 1, "O2": 2}[level_of(strategy.precision)]
@@ -260,16 +254,6 @@ class Precision(Mechanism):
         """fp16 (O1 or O2) went non-finite and never trained stably."""
         fp16 = [r for s, r in search.results.items() if s.precision in ("fp16", "fp16-o2")]
         return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)
-
-    # -- `vramtune doctor` ------------------------------------------------------------------------------
-    def doctor_checks(self) -> tuple:
-        """AMP O1/O2's casts, GradScaler, and AMP's activations (they calibrate `estimate`)."""
-        from vramtune.doctor.amp import CHECK
-
-        return (CHECK,)
-
-    def device_words(self, device) -> str:
-        return "; ".join(device.amp_unsupported.values()) or "fp16 and bf16 AMP supported"
 
     # -- child side --------------------------------------------------------------------------------------
     def device_limits(self, kind: str, index: int) -> dict[str, str]:

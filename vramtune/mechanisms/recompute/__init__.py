@@ -78,14 +78,6 @@ class Recompute(Mechanism):
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
         return {"block_path": settings.block_path}
 
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        """Nothing when no block is recomputed (as sharding and data parallel say nothing when off)."""
-        granularity = strategy.recompute_granularity
-        if not strategy.recomputed_blocks:
-            return None
-        return "memory", (f"recompute {strategy.recomputed_blocks}/{facts.get('total_blocks') or 0} blocks"
-                          + (f" ({granularity})" if granularity != "full" else ""))
-
     preferred = (1, "the fewest layers recomputed")
 
     def rerun_layers(self, strategy) -> int:
@@ -140,10 +132,6 @@ class Recompute(Mechanism):
     def spec_estimate_notes(self, settings, context) -> dict[str, str]:
         return {"alone": "recompute not estimated: the model has no repeated blocks vramtune recomputes"} \
             if settings.enabled and not context.blocks_probed else {}
-
-    def measured_lines(self, facts) -> list[str]:
-        total = facts.get("total_blocks")
-        return [] if total is None else [f"repeated blocks found: {total}"]
 
     def weight(self, strategy) -> int:
         return strategy.recomputed_blocks
@@ -241,13 +229,6 @@ class Recompute(Mechanism):
                 if other.fits and other.samples_per_sec > best.samples_per_sec:
                     best = other
         return best
-
-    # -- `vramtune doctor` ------------------------------------------------------------------------------
-    def doctor_checks(self) -> tuple:
-        """vramtune's wrapper and the model library's own recompute lower a small transformer's peak."""
-        from vramtune.doctor.recompute import CHECK
-
-        return (CHECK,)
 
     # -- child side --------------------------------------------------------------------------------------
     def configure_model(self, config, strategy, settings):
