@@ -140,7 +140,7 @@ def test_seq_len_and_batch_are_refused_for_a_spec(fake_cli):
 
 
 def test_the_rows_explore_what_the_specs_settings_allow(fake_cli, write_spec):
-    """Each mechanism's spec_estimate_choices reads its settings: the AMP modes allowed, sharding off, recompute off."""
+    """The rows explore what the spec's settings allow: the AMP modes allowed, sharding off, recompute off."""
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=MiB / 100, saved=MiB / 1000, blocks=6))
     path = write_spec(mlp_spec(**{"search.precisions": ["bf16-o2"], "search.sharding": "off",
                                   "search.recompute": "off"}))

@@ -22,6 +22,7 @@ from vramtune.probing.runner import Backend
 from vramtune.probing.store import StoreError
 from vramtune.render import console as render
 from vramtune.render.answer import render_answer
+from vramtune.render.estimate import render_estimate
 from vramtune.spec import Problem, Spec, SpecError
 
 
@@ -94,7 +95,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         spec = common.load(spec_path, {"kit.options": options, **({"devices": devices} if devices else {})}, backend)
         result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
         result.notes += held_notes(result.counts)
-        render.render_estimate(result)
+        render_estimate(result)
         kit = _kit_options(spec, result.best) if result.best else None
         if json_output:
             render.emit_json({**result.to_json(), **({"kit_options": kit} if kit is not None else {})})

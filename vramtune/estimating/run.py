@@ -19,8 +19,9 @@ from typing import Any, Callable, NamedTuple
 
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Report
-from vramtune.core.strategy import Strategy, level_of
+from vramtune.core.strategy import AMP_PRECISIONS, SHARDING_STAGES, Strategy, level_of
 from vramtune.doctor.calibration import doctor_factors
+from vramtune.estimating.rows import predicted_best, recompute_levels
 from vramtune.memory import held
 from vramtune.memory.sequence import CHECK_TOLERANCE, extrapolated, line_extrapolated, probe_sequences
 from vramtune.memory.state import ActivationFit, Counts, Factors, Given, Row, own_parts, row, state
@@ -71,8 +72,7 @@ class Estimate:
 
     @property
     def best(self) -> Row | None:
-        fitting = [r for r in self.rows if r.fits and r.strategy.micro_batch >= self.least_micro_batch]
-        return min(fitting, key=Row.preference) if fitting else None
+        return predicted_best(r for r in self.rows if r.strategy.micro_batch >= self.least_micro_batch)
 
     def to_json(self) -> dict[str, Any]:
         best = self.best
@@ -593,7 +593,7 @@ def _recomputed_at(prober: _Prober, key: _Key, per_entry: float, vocab: int, bou
 
 @dataclass
 class SpecContext:
-    """What a mechanism's `spec_estimate_choices` is told besides its settings."""
+    """What the spec's rows and notes are told besides the spec."""
 
     devices: int
     counts: Counts
@@ -602,17 +602,29 @@ class SpecContext:
     blocks_probed: bool  # probes with every repeated block recomputed measured (the model has such blocks)
 
 
-def _rows(spec: Spec, factors: Factors, budget: Budget, context: SpecContext) -> list[Row]:
-    """Every strategy the ladder would consider on a GPU: the values each mechanism explores for the spec (its
-    `spec_estimate_choices`), nested in their places, and the spec's micro-batches innermost."""
-    asked = (mechanism.spec_estimate_choices(spec.settings.get(mechanism.name), context) for mechanism in MECHANISMS)
-    explored = [choices for _, choices in sorted((found for found in asked if found), key=lambda found: found[0])]
+def _strategies(spec: Spec, context: SpecContext) -> list[Strategy]:
+    """Every strategy the ladder would consider on a GPU on the estimate's devices, in the rows' order: fp32, and
+    the AMP modes the spec allows, least memory first; within each, every sharding stage with several devices unless
+    the spec turns sharding off (none otherwise); within each, none, a quarter, half, three quarters, every counted
+    layer recomputed, where the spec allows recompute and the fit says recomputing every layer saves memory (none
+    otherwise); the spec's micro-batches innermost."""
+    allowed = spec.settings["precision"].allowed
+    precisions = ("fp32", *[precision for precision in AMP_PRECISIONS if precision in allowed])
+    stages = SHARDING_STAGES if context.devices > 1 and spec.settings["sharding"] else (0,)
+    fit, layers = context.fit, context.counts.layers
+    saves = fit.s0 + fit.s1 * layers / fit.width_scale > 0
+    levels = recompute_levels(layers) if spec.settings["recompute"].enabled and saves else [0]
     per_rank = spec.train.target_batch // context.devices
-    batches = [{"micro_batch": micro, "accumulation": per_rank // micro} for micro in spec.micro_batches()]
+    return [Strategy(precision=precision, devices=context.devices, sharding_stage=stage, recomputed_blocks=blocks,
+                     micro_batch=micro, accumulation=per_rank // micro)
+            for precision in precisions for stage in stages for blocks in levels for micro in spec.micro_batches()]
+
+
+def _rows(spec: Spec, factors: Factors, budget: Budget, context: SpecContext) -> list[Row]:
+    """Every strategy's predicted per-rank peak, judged against the budget."""
     given = Given(spec.train.optimizer, spec.settings["precision"].master_grad, context.buffer_ratio)
     rows = []
-    for combination in itertools.product(*explored, batches):
-        strategy = Strategy(**{key: value for choice in combination for key, value in choice.items()})
+    for strategy in _strategies(spec, context):
         estimate_row = row(context.counts, context.fit, factors, strategy, given, gpu=True)
         estimate_row.fits = budget.fits(estimate_row.reserved)
         rows.append(estimate_row)
@@ -620,8 +632,8 @@ def _rows(spec: Spec, factors: Factors, budget: Budget, context: SpecContext) ->
 
 
 def _notes(spec: Spec, factors: Factors, scale: float, context: SpecContext) -> list[str]:
-    own = [mechanism.spec_estimate_notes(spec.settings.get(mechanism.name), context) for mechanism in MECHANISMS]
-    measured = "".join(f", {said['measured']}" for said in own if "measured" in said)
+    measured = (f", data parallel's fused gradient buffers (x{context.buffer_ratio:.2f} of the gradients at 2 ranks, "
+                "kept at any number of ranks; sharding goes without them)" if context.buffer_ratio else "")
     notes = [f"measured on CPU: the counted state (exact), fp32 activations (probes){measured}; assumed "
              f"({factors.source}): AMP O1 activations x{factors.o1_activations:g} of fp32's, O2 "
              f"x{factors.o2_activations:g}, the GPU allocator's reserve +{factors.fragmentation:.0%}"]
@@ -631,7 +643,9 @@ def _notes(spec: Spec, factors: Factors, scale: float, context: SpecContext) -> 
     if spec.source == "paddlenlp" and spec.model.config_fields.get("use_flash_attention"):
         notes.append("use_flash_attention: the CPU measures plain attention ([seq, seq] scores kept): over-stated "
                      "where flash attention runs")
-    return notes + [said["alone"] for said in own if "alone" in said]
+    if spec.settings["recompute"].enabled and not context.blocks_probed:
+        notes.append("recompute not estimated: the model has no repeated blocks vramtune recomputes")
+    return notes
 
 
 def gpu_probes(report: Report) -> list[ProbeResult]:

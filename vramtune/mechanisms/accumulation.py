@@ -54,11 +54,6 @@ class Accumulation(Mechanism):
     def smoke(self, strategy) -> dict:
         return {"micro_batch": 1, "accumulation": min(strategy.accumulation, SMOKE_MAX_ACCUMULATION)}
 
-    preferred = (2, "the largest micro-batch")
-
-    def preference(self, strategy) -> list[tuple[int, int]]:
-        return [(2, -strategy.micro_batch)]
-
     def weight(self, strategy) -> int:
         return strategy.accumulation if strategy.accumulation > 1 else 0
 
