@@ -167,7 +167,7 @@ def test_calibrating_takes_a_kits_ema_out_of_both_sides():
     """A GPU probe of a PaddleOCR config with Global.use_ema holds the EMA's fp32 shadows and the kept copies of the
     weights at its own precision (held.py), the CPU fit holds them in fp32: the AMP factor is the activations' alone."""
     from vramtune.core.records import ProbeResult
-    from vramtune.estimating.run import calibrated
+    from vramtune.estimating.factors import calibrated
     from vramtune.memory import held
     from vramtune.memory.state import ActivationFit
 

@@ -14,8 +14,8 @@ from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import AMP_DTYPES, PURE, SHARDING_STAGES, Facts, Strategy
 from vramtune.doctor.calibration import doctor_factors
+from vramtune.estimating.factors import calibrated
 from vramtune.estimating.rows import counted_facts, predicted_best, recompute_levels
-from vramtune.estimating.run import calibrated
 from vramtune.memory.analytic import FLASH, activations
 from vramtune.memory.architecture import Architecture, architecture, count
 from vramtune.memory.state import Counts, Factors, Given, Row, row

@@ -8,7 +8,7 @@ from rich.table import Table
 from vramtune.core.strategy import Facts, Strategy
 from vramtune.core.units import format_bytes
 from vramtune.estimating.rows import PREFERENCES, counted_facts
-from vramtune.estimating.run import Estimate
+from vramtune.estimating.spec_estimate import Estimate
 from vramtune.memory.state import Row
 from vramtune.render.console import best_words, console, say
 
