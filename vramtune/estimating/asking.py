@@ -3,7 +3,7 @@ config.json (sizes only), or a PaddleFormers 1.x config naming a local model fol
 dialect (vramtune/dialects/paddleformers: its keys checked against PaddleFormers' parser, the sequence length the
 run reaches). Keys the probes refuse because they cannot be measured (tensor or pipeline parallelism, quantized
 weights) are not modelled here either: the estimate says that its figures are without them. Anything else is a spec,
-estimated from CPU probes (run.py)."""
+estimated from CPU probes (spec_estimate.py)."""
 from __future__ import annotations
 
 import json

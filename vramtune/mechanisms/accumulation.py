@@ -45,10 +45,6 @@ class Accumulation(Mechanism):
             settings.micro_batches = None
         return settings
 
-    preferred = (2, "the largest micro-batch")
-
-    def preference(self, strategy) -> list[tuple[int, int]]:
-        return [(2, -strategy.micro_batch)]
 
     def weight(self, strategy) -> int:
         return strategy.accumulation if strategy.accumulation > 1 else 0

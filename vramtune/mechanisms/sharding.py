@@ -43,8 +43,6 @@ class Sharding(Mechanism):
         return sum(counts.get(part, 0.0) for part in PARTITIONED[stage]) * (1 - 1 / ranks)
 
     # -- the estimate ------------------------------------------------------------------------------------
-    preferred = (3, "the lowest sharding stage")
-
     def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
         """Each rank keeps 1/N of what its stage partitions."""
         ranks = strategy.devices
@@ -52,22 +50,6 @@ class Sharding(Mechanism):
             return state
         return {**state, **{STATE_PART[part]: state[STATE_PART[part]] // ranks
                             for part in PARTITIONED.get(strategy.sharding_stage, ())}}
-
-    def preference(self, strategy) -> list[tuple[int, int]]:
-        return [(3, strategy.sharding_stage)]
-
-    def column(self, strategy, facts) -> tuple[str, str]:
-        return "stage", str(strategy.sharding_stage)
-
-    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
-        """Every stage with several devices, none with one; inside the precisions."""
-        return 1, [{"sharding_stage": stage} for stage in (SHARDING_STAGES if question.devices > 1 else (0,))]
-
-    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
-        """Every stage with several devices unless the spec turns sharding off, none otherwise; inside the
-        precisions."""
-        stages = SHARDING_STAGES if context.devices > 1 and settings else (0,)
-        return 1, [{"sharding_stage": stage} for stage in stages]
 
     def from_arguments(self, arguments) -> dict:
         """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vramtune.core.reading import Section
-from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, PURE, dtype_of, level_of
+from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, dtype_of, level_of
 from vramtune.core.text import did_you_mean
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
@@ -140,9 +140,6 @@ class Precision(Mechanism):
         return self.activation_factor(strategy, Factors())
 
     # -- the estimate ------------------------------------------------------------------------------------
-    state_parts: ClassVar[dict[str, str]] = {"amp_copies": "AMP O1 weight copies"}
-    preferred = (0, "AMP O2, then O1, then fp32")
-
     def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
         """O2: half weights (decorate keeps batch norms, and under fp16 layer norms, in fp32), half gradients (fp32
         with amp_master_grad) and fp32 master weights beside the optimizer's state; O1: fp32 state and a half copy
@@ -157,27 +154,6 @@ class Precision(Mechanism):
 
     def activation_factor(self, strategy, factors) -> float:
         return {"O0": 1.0, "O1": factors.o1_activations, "O2": factors.o2_activations}[level_of(strategy.precision)]
-
-    def preference(self, strategy) -> list[tuple[int, Any]]:
-        """AMP O2 first, then O1, then fp32 (the most memory saved; speed is not estimated); the name last."""
-        return [(0, {"O2": 0, "O1": 1, "O0": 2}[level_of(strategy.precision)]), (9, strategy.precision)]
-
-    def column(self, strategy, facts) -> tuple[str, str]:
-        return "precision", strategy.precision
-
-    def estimate_notes(self, question) -> dict[str, str]:
-        return {"counted": "bytes per parameter of each precision (O2: fp32 master weights and AdamW moments"
-                           + (", fp32 gradients with amp_master_grad" if question.master_grad else "") + ")"}
-
-    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, Any]]]:
-        """fp32, and the question's compute_type at O1 and O2 when it is a half type; outermost."""
-        half = question.compute_type
-        precisions = ["fp32", half, f"{half}{PURE}"] if half in AMP_DTYPES else ["fp32"]
-        return 0, [{"precision": precision} for precision in precisions]
-
-    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, Any]]]:
-        """fp32, and the AMP modes the spec allows, least memory first; outermost."""
-        return 0, [{"precision": p} for p in ("fp32", *[p for p in AMP_PRECISIONS if p in settings.allowed])]
 
     def to_arguments(self, tuned):
         precision = tuned.strategy.precision

@@ -78,20 +78,9 @@ class Recompute(Mechanism):
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
         return {"block_path": settings.block_path}
 
-    preferred = (1, "the fewest layers recomputed")
 
     def rerun_layers(self, strategy) -> int:
         return strategy.recomputed_blocks
-
-    def preference(self, strategy) -> list[tuple[int, int]]:
-        return [(1, strategy.recomputed_blocks)]
-
-    def counted_facts(self, counts) -> dict:
-        return {"total_blocks": counts.layers}
-
-    def column(self, strategy, facts) -> tuple[str, str]:
-        blocks = strategy.recomputed_blocks
-        return "recompute", f"{blocks}/{facts.get('total_blocks') or 0}" if blocks else "-"
 
     def formers_facts(self, model_type) -> dict:
         """PaddleFormers' own models recompute every layer or none; the paddlefleet ones the first N layers too."""
@@ -107,31 +96,6 @@ class Recompute(Mechanism):
         counts = range(1, layers + 1) if facts["recompute_options"]["partial"] else range(layers, layers + 1)
         return facts, {"recomputed_blocks": tuple(counts)}
 
-    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
-        """What the model's code can recompute: every layer or none in PaddleFormers' own code, where a layer
-        recomputes only when its input needs a gradient (under LoRA never the first: the embeddings are frozen);
-        a quarter, half, three quarters too in the paddlefleet models. Inside the precisions and stages."""
-        from vramtune.memory.state import recompute_levels
-
-        if self.formers_facts(arch.model_type)["recompute_options"]["partial"]:
-            levels = recompute_levels(arch.layers)
-        else:
-            levels = [0, arch.layers - 1 if fine_tuning == "LoRA" else arch.layers]
-        return 2, [{"recomputed_blocks": blocks} for blocks in levels]
-
-    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
-        """None, a quarter, half, three quarters, every counted layer, where the spec allows recompute and the fit
-        says recomputing every layer saves memory; none otherwise. Inside the precisions and stages."""
-        from vramtune.memory.state import recompute_levels
-
-        fit, layers = context.fit, context.counts.layers
-        saves = fit.s0 + fit.s1 * layers / fit.width_scale > 0
-        levels = recompute_levels(layers) if settings.enabled and saves else [0]
-        return 2, [{"recomputed_blocks": blocks} for blocks in levels]
-
-    def spec_estimate_notes(self, settings, context) -> dict[str, str]:
-        return {"alone": "recompute not estimated: the model has no repeated blocks vramtune recomputes"} \
-            if settings.enabled and not context.blocks_probed else {}
 
     def weight(self, strategy) -> int:
         return strategy.recomputed_blocks
