@@ -16,20 +16,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from vramtune.dialects.kits.config import (
-    Kit,
-    KitEMA,
-    KitError,
-    KitSource,
-    amp_choices,
-    apply_options,
-    compiled,
-    eval_phase,
-    evaluated_batch,
-    get_key,
-    paddle_amp,
-    search_off,
-)
+from vramtune.dialects.kits.codec import amp_choices, compiled, eval_phase, evaluated_batch, paddle_amp, search_off
+from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, apply_options, get_key
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import kit_spec, positive_batch

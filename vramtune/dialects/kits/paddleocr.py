@@ -20,21 +20,16 @@ from typing import Any, ClassVar
 
 import yaml
 
-from vramtune.dialects.kits.config import (
+from vramtune.dialects.kits.codec import (
     STATIC_KEY,
-    Kit,
-    KitError,
-    KitSource,
     amp_choices,
-    apply_options,
     compiled,
-    eager_parameters,
     eval_phase,
     evaluated_batch,
-    get_key,
     paddle_amp,
     search_off,
 )
+from vramtune.dialects.kits.config import Kit, KitError, KitSource, apply_options, eager_parameters, get_key
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.dialects.kits.ocr_ema import Swaps, ema, evaluates, held_state, kept_copies
 from vramtune.dialects.kits.source import kit_code, terms_note
