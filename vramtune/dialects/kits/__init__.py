@@ -10,6 +10,8 @@ report's note in the kit's keys), `loader.py` (what the kit's DataLoader reads a
 EMA with the copies of the state its swaps leave, `tags.py` PaddleDetection's `!Class` tags."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from vramtune.dialects.kits.config import Kit, KitError
 
 KITS: dict[str, Kit] = {kit.name: kit for kit in (paddleclas.KIT, paddleocr.KIT, paddleseg.KIT, paddledetection.KIT)}
 
-__all__ = ["KITS", "Kit", "KitError", "kit_of", "kit_spec"]
+__all__ = ["KITS", "Kit", "KitError", "kit_of", "kit_spec", "kit_stated"]
 
 
 def kit_of(raw: Any) -> Kit | None:
@@ -30,7 +32,20 @@ def kit_of(raw: Any) -> Kit | None:
 
 def kit_spec(kit: Kit, raw: dict[str, Any], path: Path, options: list[str]) -> tuple[dict[str, Any], list[str]]:
     """The vramtune spec a kit config becomes; KitError as the spec's one problem."""
-    try:
+    with as_problem(path):
         return kit.spec(raw, path, options)
+
+
+def kit_stated(kit: Kit, raw: dict[str, Any], path: Path, options: list[str]) -> dict[str, Any]:
+    """The strategy fields a kit config states per card (Kit.stated); KitError as the spec's one problem."""
+    with as_problem(path):
+        return kit.stated(raw, path, options)
+
+
+@contextlib.contextmanager
+def as_problem(path: Path) -> Iterator[None]:
+    """A KitError raised inside as the file's one problem (a SpecError)."""
+    try:
+        yield
     except KitError as error:
         raise SpecError([Problem(str(path), "", str(error).removeprefix(f"{path}: "))]) from None

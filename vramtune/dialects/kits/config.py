@@ -76,6 +76,11 @@ class Kit:
         """The raw vramtune spec for a config (overrides applied) and warnings for the user."""
         raise NotImplementedError
 
+    def stated(self, raw: dict[str, Any], path: Path, options: list[str]) -> dict[str, Any]:
+        """The strategy fields the config states per card, read as the kit reads it (the overrides applied, its base
+        files merged): its batch, and its accumulation, AMP and compiling where the kit has keys for them."""
+        raise NotImplementedError
+
     def changes(self, raw: dict[str, Any], tuned: Any) -> tuple[dict[str, Any], list[str]]:
         """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know."""
         raise NotImplementedError

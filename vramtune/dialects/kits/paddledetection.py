@@ -174,6 +174,10 @@ class PaddleDetection(Kit):
         return batch_only_spec(self, path, checkout, options, [f"{key}=null" for key in dropped], batch,
                                optimizer), warnings
 
+    def stated(self, raw, path, options):
+        """The batch alone: AMP is a flag of tools/train.py, and the trainer neither accumulates nor compiles."""
+        return {"micro_batch": positive_batch(read_config(self.checkout(path), path, options), BATCH, path)}
+
     def changes(self, raw, tuned):
         batch = tuned.strategy.micro_batch
         warnings = [*smaller_batch(NO_ACCUMULATION, tuned), *base_advice(raw, "_BASE_")]
