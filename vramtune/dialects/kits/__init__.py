@@ -3,11 +3,13 @@ user's checkout of the kit, read as a spec; probes build the kit's own model and
 same file back.
 
 One module per kit (`paddleclas.py`, `paddleocr.py`, `paddleseg.py`, `paddledetection.py`) declares how to recognise
-its configs, the spec a config becomes, its model source (the child side) and the config keys a tuned strategy sets;
-what they share: `config.py` (finding the checkout, the kit's `-o Key=value` overrides, dotted keys), `spec.py` (the
-spec's common parts, the batch-only spec, apply's advice), `source.py` (the child's build under the checkout, the
-report's note in the kit's keys), `loader.py` (what the kit's DataLoader reads ahead); `ocr_ema.py` is PaddleOCR's
-EMA with the copies of the state its swaps leave, `tags.py` PaddleDetection's `!Class` tags."""
+its configs, the spec a config becomes, the strategy it states (`check`, `measure`), its model source (the child
+side) and the config keys a tuned strategy sets; what they share: `config.py` (finding the checkout, the kit's
+`-o Key=value` overrides, dotted keys), `codec.py` (the memory keys the kits share, both ways, in the Strategy's
+vocabulary), `spec.py` (the spec's common parts, the batch-only spec, apply's advice), `source.py` (the child's
+build under the checkout, the report's note in the kit's keys), `loader.py` (what the kit's DataLoader reads ahead);
+`ocr_ema.py` is PaddleOCR's EMA with the copies of the state its swaps leave, `tags.py` PaddleDetection's `!Class`
+tags."""
 from __future__ import annotations
 
 import contextlib
