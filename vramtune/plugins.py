@@ -54,8 +54,3 @@ def formers_defaults() -> dict[str, Any]:
     """The PaddleFormers keys the mechanisms read -> what PaddleFormers takes when a config leaves them out."""
     return {key: value for mechanism in MECHANISMS for key, value in mechanism.formers_defaults.items()}
 
-
-def batch_only() -> dict[str, Any]:
-    """The spec's search keys that leave the search the batch alone (the micro-batch, and accumulation where the
-    spec allows it): for a tool whose config carries no other memory key (PaddleSeg: AMP is a flag there)."""
-    return {"recompute": "off", "sharding": "off", "to_static": "off", "precisions": ["fp32"]}

@@ -1,5 +1,6 @@
-"""The strategy a tool's own file states (a PaddleFormers config, a PaddleNLP arguments file, a kit's config): the
-configuration `vramtune apply` would write as this very file.
+"""The strategy a tool's own file states (a PaddleFormers config, a PaddleNLP arguments file, a kit's config): as its
+dialect reads it where the dialect says (`Dialect.stated`: the kits'), else the configuration `vramtune apply` would
+write as this very file.
 
 It is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
 writes it and no second mapping can drift from it. The candidates are the strategies whose fields can be listed:

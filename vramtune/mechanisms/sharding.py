@@ -84,10 +84,6 @@ class Sharding(Mechanism):
         """Every stage: the file's ranks (its degree) are the spec's, so its writer tells them apart."""
         return {}, {"sharding_stage": SHARDING_STAGES[1:]}
 
-    def from_kit(self, config) -> dict:
-        """The kits have no sharding key."""
-        return {"sharding": "off"}
-
     def to_formers(self, config, tuned) -> dict:
         """The stage chosen over the ranks; PaddleFormers' default (stage1 over every rank) turned off where the
         choice is no sharding on several ranks. One rank writes nothing: sharding then holds nothing."""

@@ -9,8 +9,6 @@ from vramtune.core.reading import refuse_when_on
 from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, SearchView
 
-KIT_KEY = "Global.to_static"  # both kits' (PaddleClas, PaddleOCR): the model compiled with paddle.jit.to_static
-
 
 class StaticGraph(Mechanism):
     name = "to_static"
@@ -33,15 +31,6 @@ class StaticGraph(Mechanism):
         refuse_when_on(config, "to_static", "the Trainer's to_static conversion is not measured (vramtune measures "
                                             "eager): set it to false to tune")
         return {"search.to_static": "off"}
-
-    def from_kit(self, config) -> dict:
-        """Searched where the kit's config compiles the model (the kit's key on), else off."""
-        section, _, key = KIT_KEY.partition(".")
-        node = config.get(section)
-        return {} if isinstance(node, dict) and node.get(key) else {"to_static": "off"}
-
-    def to_kit(self, tuned) -> dict:
-        return {KIT_KEY: True} if tuned.strategy.to_static else {}
 
     def weight(self, strategy) -> int:
         return int(strategy.to_static)

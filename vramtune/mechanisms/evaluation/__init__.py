@@ -81,13 +81,6 @@ class Evaluation(Mechanism):
                                               "eval_accumulation_steps", "prediction_loss_only")
             if key in config.data}))
 
-    def kit_phase(self, batch: int) -> dict[str, Any]:
-        return {self.name: {"batch": batch, "keep": "loss"}}
-
-    def kit_terms(self, strategy, facts) -> dict[str, Any]:
-        """The evaluation batch the probes found to fit (None: none fits, or the config does not evaluate)."""
-        return {"eval_batch": facts.get("eval_batch")}
-
     def child_settings(self, settings: EvaluationSettings | None, budget) -> dict[str, Any] | None:
         """The limit picks which evaluation batches the child measures; the parent judges them again."""
         return {**dataclasses.asdict(settings), "limit": budget.limit} if settings else None

@@ -165,14 +165,6 @@ class Precision(Mechanism):
             arguments["amp_custom_black_list"] = list(SAFE_BLACK_LIST)
         return arguments, []
 
-    def kit_choices(self, half_dtypes) -> list[str]:
-        """Every AMP level, in the dtypes the kit has a key for."""
-        return [mode for mode in AMP_PRECISIONS if AMP_DTYPES.get(dtype_of(mode)) in half_dtypes]
-
-    def kit_terms(self, strategy, facts) -> dict[str, str]:
-        precision = strategy.precision
-        return {"amp_level": level_of(precision), "amp_dtype": AMP_DTYPES.get(dtype_of(precision), "float32")}
-
     # -- search ------------------------------------------------------------------------------------------
     def amp(self, search: SearchView) -> list[str]:
         """The AMP modes the spec allows and the device runs, least memory first."""

@@ -71,10 +71,6 @@ class Recompute(Mechanism):
             return dict.fromkeys(FORMERS_EVERY_LAYER, DELETE)
         return {}
 
-    def from_kit(self, config) -> dict:
-        """The kits have no recompute key."""
-        return {"recompute": "off"}
-
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
         return {"block_path": settings.block_path}
 
