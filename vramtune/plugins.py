@@ -57,11 +57,6 @@ def fixed_fields(settings: dict[str, Any]) -> dict[str, Any]:
     return {key: value for m in MECHANISMS for key, value in m.fixed(settings.get(m.name)).items()}
 
 
-def formers_defaults() -> dict[str, Any]:
-    """The PaddleFormers keys the mechanisms read -> what PaddleFormers takes when a config leaves them out."""
-    return {key: value for mechanism in MECHANISMS for key, value in mechanism.formers_defaults.items()}
-
-
 def batch_only() -> dict[str, Any]:
     """The spec's search keys that leave the search the batch alone (the micro-batch, and accumulation where the
     spec allows it): for a tool whose config carries no other memory key (PaddleSeg: AMP is a flag there)."""

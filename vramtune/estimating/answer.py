@@ -13,16 +13,16 @@ from typing import Any
 
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import Facts, Strategy
+from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS, batch_keys, formers_facts, to_formers
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.run import calibrated
 from vramtune.memory.analytic import FLASH, activations
 from vramtune.memory.architecture import Architecture, architecture, count
 from vramtune.memory.state import Counts, Factors, Given, Row, row
-from vramtune.plugins import BY_NAME, MECHANISMS, formers_defaults
+from vramtune.plugins import MECHANISMS
 
 FINE_TUNINGS = ("LoRA", "full")
-FORMERS_DEFAULTS = formers_defaults()  # what PaddleFormers takes for the keys the mechanisms read
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
 
 
@@ -42,6 +42,12 @@ class Question:
     devices: int = 1
     optimizer: str = "adamw"
     notes: list[str] = field(default_factory=list)  # what reading the question found (the sequence length's source)
+
+    @property
+    def model_facts(self) -> Facts:
+        """What PaddleFormers' code does of the model, by its model_type (recompute: every layer or none, or the
+        first N too): for the mechanisms' `estimate_choices`."""
+        return formers_facts(str(self.config.get("model_type") or ""))
 
 
 @dataclass
@@ -90,16 +96,13 @@ def strategies(question: Question, arch: Architecture, fine_tuning: str) -> list
 
 
 def file_keys(best: Row, fine_tuning: str, counts: Counts, arch: Architecture) -> dict[str, Any]:
-    """The PaddleFormers keys that train the way a row predicts: the batch first, then what every mechanism's
+    """The PaddleFormers keys that train the way a row predicts: the batch first, then what the dialect's
     `to_formers` writes for the row on a GPU, told the model's counts and type (`counted_facts`, `formers_facts`)."""
-    facts = {key: value for mechanism in MECHANISMS for key, value in
-             {**mechanism.counted_facts(counts), **mechanism.formers_facts(arch.model_type)}.items()}
+    facts = {**{key: value for mechanism in MECHANISMS for key, value in mechanism.counted_facts(counts).items()},
+             **formers_facts(arch.model_type)}
     tuned = Tuned(best.strategy, facts, device_kind="gpu")
-    keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full",
-                            **BY_NAME["accumulation"].to_formers({}, tuned)}
-    for mechanism in MECHANISMS:
-        keys.update(mechanism.to_formers({}, tuned))
-    return keys
+    return {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full", **batch_keys(tuned),
+            **to_formers({}, tuned)}
 
 
 def installed_paddle() -> str:
