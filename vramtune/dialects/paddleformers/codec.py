@@ -2,8 +2,8 @@
 precision, sharding, to_static and evaluation, read into the spec (`from_formers`); the tuned values written back as
 its keys (`to_formers`); the GPU-only settings a CPU probe replaces (`formers_on_cpu`); the keys the search decides,
 left out of a probe's file (`FORMERS_KEYS`); what PaddleFormers takes when a key is left out (`FORMERS_DEFAULTS`);
-what its model code does of recompute (`formers_facts`, `file_counts`); and the strategy a file states, for `check`
-and `measure` (`stated`).
+what its model code does of recompute (`formers_facts`, `file_counts`). stated.py reads a file's strategy back
+from the keys `to_formers` writes.
 
 Keys are written in the order of the mechanisms they belong to: precision, the batch, recompute, sharding."""
 from __future__ import annotations
