@@ -78,7 +78,7 @@ def _sharding(config: Section) -> dict[str, Any]:
         config.fail(SHARDING_OFFLOAD, f"{data[SHARDING_OFFLOAD]!r} changes memory: offloading sharding's buffers is "
                                       "not measured: remove it")
     mode = _given(config, "sharding", str) or ""
-    degree = _degree(config)
+    degree = config.get("sharding_parallel_size", int, -1)
     options = config.get("sharding_parallel_config", str, "") or ""
     if "offload" in mode:
         config.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
@@ -86,12 +86,6 @@ def _sharding(config: Section) -> dict[str, Any]:
         config.fail("sharding_parallel_config", f"{options!r} changes how sharding holds its buffers, which vramtune "
                                                 "does not measure: leave it empty to tune")
     return {"devices": degree} if degree and degree > 1 else {}
-
-
-def _degree(config: Section) -> int | None:
-    """sharding_parallel_size, checked under the name PaddleNLP gives it (sharding_parallel_degree), as before."""
-    return Section(config.problems, config.file, config.prefix, {
-        "sharding_parallel_degree": config.data.get("sharding_parallel_size")}).get("sharding_parallel_degree", int, -1)
 
 
 def _static(config: Section) -> dict[str, Any]:
