@@ -1,11 +1,11 @@
 """`--format paddleformers` (the default for a PaddleFormers config): the user's own YAML or JSON file back, with only
 the tuned keys' values changed (comments, order and quoting kept by roundtrip.py).
 
-Written: the tuned values in this tool's keys (codec.py's `to_formers`): the batch and its
-accumulation, recompute only as the combination PaddleFormers' models honour (every layer), and on a GPU the
-precision chosen. A YAML file records the budget in a comment (recorded_budget.py) for `vramtune check`. A probe
-on CPU measures CPU equivalents of GPU-only settings (compute_type, attention, fused kernels, sharding); they are
-never written: the file out is still the user's file for their GPU.
+Written: the tuned values in this tool's keys (codec.py's `to_formers`): the batch and its accumulation, recompute
+only as the combination PaddleFormers' models honour (every layer), and on a GPU the precision chosen. A YAML file
+records the budget in a comment (recorded_budget.py) for `vramtune check`. A probe on CPU measures CPU equivalents
+of GPU-only settings (compute_type, attention, fused kernels, sharding); they are never written: the file out is
+still the user's file for their GPU.
 """
 from __future__ import annotations
 
