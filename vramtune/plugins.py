@@ -50,7 +50,3 @@ def fixed_fields(settings: dict[str, Any]) -> dict[str, Any]:
     return {key: value for m in MECHANISMS for key, value in m.fixed(settings.get(m.name)).items()}
 
 
-def formers_defaults() -> dict[str, Any]:
-    """The PaddleFormers keys the mechanisms read -> what PaddleFormers takes when a config leaves them out."""
-    return {key: value for mechanism in MECHANISMS for key, value in mechanism.formers_defaults.items()}
-

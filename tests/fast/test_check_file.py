@@ -79,8 +79,9 @@ def test_the_precision_a_gpu_file_states_is_measured(fake_cli, formers_file):
     assert code == 0 and err.startswith("note: the file's strategy: bf16-o2 m=2 k=2 r=0 (--budget 64.0 MiB)\n")
     assert backend.jobs[-1].strategy["precision"] == "bf16-o2"
     unsaid = formers_file(("device: cpu\n", ""), ("compute_type: float32", "compute_type: bf16"), name="unsaid.yaml")
-    code, _, err = cli("check", unsaid, "--budget", "64MiB")  # O1 or O2: its parser's default is not guessed
-    assert code == 2 and "the nearest would change fp16_opt_level: 'O2' (added) (a count" in err
+    assert cli("check", unsaid, "--budget", "64MiB") == (2, "", (  # O1 or O2: its parser's default is not guessed
+        f"error: {unsaid}: fp16_opt_level: is not stated: check measures the strategy the file states, as `vramtune "
+        "apply` writes it, and never takes a parser's default for it (O1 or O2 with compute_type bf16)\n"))
 
 
 def test_check_reads_back_the_strategy_apply_wrote(fake_cli, formers_file):

@@ -70,11 +70,8 @@ class Accumulation(Mechanism):
         return []
 
     def to_arguments(self, tuned):
-        return self.to_formers({}, tuned), []
-
-    def to_formers(self, config, tuned) -> dict:
         return {"per_device_train_batch_size": tuned.strategy.micro_batch,
-                "gradient_accumulation_steps": tuned.strategy.accumulation}
+                "gradient_accumulation_steps": tuned.strategy.accumulation}, []
 
     def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""

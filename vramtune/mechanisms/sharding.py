@@ -6,7 +6,6 @@ In the search: at the whole batch, stage 1 measured and higher stages where pred
 outer alternative, searched in depth where it lets a larger micro-batch fit than without."""
 from __future__ import annotations
 
-from vramtune.core.reading import Section
 from vramtune.core.strategy import FIELDS, SHARDING_STAGES
 from vramtune.mechanisms.base import Mechanism, SearchView
 
@@ -66,34 +65,6 @@ class Sharding(Mechanism):
         ranks = max(degree or -1, legacy or -1)
         return {"devices": ranks} if ranks > 1 else {}
 
-    def from_formers(self, config) -> dict:
-        """sharding (stage1 by default) and its degree, sharding_parallel_size, as PaddleNLP's keys say them;
-        offloading its buffers to the host refused (not measured)."""
-        data, offload = config.data, "sharding_offload_opt_buffersize_GB"
-        config.seen.add(offload)
-        if isinstance(data.get(offload), (int, float)) and data[offload] > 0:
-            config.fail(offload, f"{data[offload]!r} changes memory: offloading sharding's buffers is not measured: "
-                                 "remove it")
-        arguments = {"sharding": data.get("sharding", "stage1"),
-                     "sharding_parallel_degree": data.get("sharding_parallel_size", -1),
-                     **({"sharding_parallel_config": data["sharding_parallel_config"]}
-                        if "sharding_parallel_config" in data else {})}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
-
-    def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
-        """Every stage: the file's ranks (its degree) are the spec's, so its writer tells them apart."""
-        return {}, {"sharding_stage": SHARDING_STAGES[1:]}
-
-    def to_formers(self, config, tuned) -> dict:
-        """The stage chosen over the ranks; PaddleFormers' default (stage1 over every rank) turned off where the
-        choice is no sharding on several ranks. One rank writes nothing: sharding then holds nothing."""
-        stage, ranks = tuned.strategy.sharding_stage, tuned.strategy.devices
-        if stage:
-            return {"sharding": f"stage{stage}", "sharding_parallel_size": ranks}
-        return {"sharding": ""} if ranks > 1 and config.get("sharding", "stage1") else {}
-
-    def formers_on_cpu(self, arguments) -> dict:
-        return {"sharding": ""} if arguments.get("sharding", "stage1") else {}
 
     def to_arguments(self, tuned):
         """No stage on several ranks is written as `sharding: ""`: a stage the file stated would otherwise stay and

@@ -25,12 +25,6 @@ class StaticGraph(Mechanism):
                                                "models): set it to false to tune")
         return {}
 
-    def from_formers(self, config) -> dict:
-        """The Trainer converts with its own to_static key (refused when on: not measured), so vramtune's is not
-        searched either."""
-        refuse_when_on(config, "to_static", "the Trainer's to_static conversion is not measured (vramtune measures "
-                                            "eager): set it to false to tune")
-        return {"search.to_static": "off"}
 
     def weight(self, strategy) -> int:
         return int(strategy.to_static)

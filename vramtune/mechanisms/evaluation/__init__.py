@@ -72,14 +72,6 @@ class Evaluation(Mechanism):
         return {"train.evaluation": {"batch": batch or 8, "keep": "loss" if loss_only else "predictions",
                                      **({"accumulation_steps": steps} if steps else {})}}
 
-    def from_formers(self, config) -> dict[str, Any]:
-        """PaddleFormers' Trainer names its evaluation keys as PaddleNLP's does."""
-        refuse_when_on(config, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) is "
-                                                          "not measured: set it to false")
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, {
-            key: config.data[key] for key in ("do_eval", "evaluation_strategy", "per_device_eval_batch_size",
-                                              "eval_accumulation_steps", "prediction_loss_only")
-            if key in config.data}))
 
     def child_settings(self, settings: EvaluationSettings | None, budget) -> dict[str, Any] | None:
         """The limit picks which evaluation batches the child measures; the parent judges them again."""

@@ -12,9 +12,8 @@ precision searched in depth where it could win (fp16-safe retried only after fp1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from vramtune.core.reading import Section
 from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, dtype_of, level_of
 from vramtune.core.text import did_you_mean
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
@@ -26,7 +25,6 @@ SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cr
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 LOSS_SCALE = 2.0**15
-FORMERS_COMPUTE_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "float32"}  # a PaddleFormers compute_type per dtype
 CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
               "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
@@ -50,7 +48,6 @@ class Precision(Mechanism):
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
     shares_memory_group = True
-    formers_defaults: ClassVar[dict[str, Any]] = {"compute_type": "bf16", "amp_master_grad": True}
 
     def read(self, spec) -> PrecisionSettings:
         """search.precisions: the AMP modes allowed, least memory first whatever the spec's order; the Trainer's
@@ -84,36 +81,6 @@ class Precision(Mechanism):
             if ops:
                 keys[f"train.amp_custom_{name}"] = ops
         return keys
-
-    def from_formers(self, config) -> dict[str, Any]:
-        """compute_type says the half type (bf16 by default; float32: none; the quantized types refused: GPU kernels),
-        with amp_master_grad on by default; the rest as a PaddleNLP arguments file names them."""
-        from vramtune.dialects.paddleformers.keys import ESTIMATE, QUANTIZED_TYPES
-
-        data, defaults = config.data, self.formers_defaults
-        checked = config.get("compute_type", str, defaults["compute_type"],
-                             choices=(*FORMERS_COMPUTE_TYPES.values(), *QUANTIZED_TYPES))
-        if checked in QUANTIZED_TYPES:
-            config.fail("compute_type", f"{checked!r} quantizes the weights with GPU kernels; a probe would measure "
-                                        f"unquantized weights: use {defaults['compute_type']} to tune, {ESTIMATE}")
-        compute_type = data.get("compute_type", defaults["compute_type"])  # null: no half type named
-        arguments = {"bf16": compute_type == "bf16", "fp16": compute_type == "fp16",
-                     "amp_master_grad": data.get("amp_master_grad", defaults["amp_master_grad"]),
-                     **{key: data[key] for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list")
-                        if key in data}}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
-
-    def to_formers(self, config, tuned) -> dict[str, Any]:
-        """On a GPU, compute_type and fp16_opt_level as chosen (a CPU probe's fp32 says nothing of the GPU's)."""
-        if tuned.device_kind == "cpu":
-            return {}
-        precision = tuned.strategy.precision
-        return {"compute_type": FORMERS_COMPUTE_TYPES[dtype_of(precision)],
-                **({"fp16_opt_level": level_of(precision)} if precision != "fp32" else {})}
-
-    def formers_on_cpu(self, arguments) -> dict[str, Any]:
-        cpu, default = FORMERS_COMPUTE_TYPES["fp32"], self.formers_defaults["compute_type"]
-        return {"compute_type": cpu} if arguments.get("compute_type", default) != cpu else {}
 
     def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,

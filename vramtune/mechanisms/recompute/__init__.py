@@ -10,18 +10,11 @@ import json
 from dataclasses import dataclass
 
 from vramtune.core.strategy import FIELDS, GRANULARITIES
-from vramtune.dialects.roundtrip import DELETE
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
 # what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
 MODEL_DEFAULTS = {"recompute_granularity": "full", "no_recompute_layers": None}
-# the one combination of a PaddleFormers config's recompute keys its own models honour: every layer
-FORMERS_EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
-# PaddleFormers' own model code (importable here) recomputes every layer or none; the other models (paddlefleet's)
-# take Megatron's block method, the first N layers (assumed from TrainingArguments' documentation: paddlefleet cannot
-# be read here)
-FORMERS_ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe")
 
 
 @dataclass
@@ -34,7 +27,6 @@ class Recompute(Mechanism):
     name = "recompute"
     fields = (FIELDS["recomputed_blocks"], FIELDS["recompute_granularity"])
     argument_defaults = MODEL_DEFAULTS
-    formers_keys = (*FORMERS_EVERY_LAYER, "recompute_modules")
     most_cost = 0.5  # every block recomputed runs each forward once more: a forward is about a third of a step
     options = (Option("no_recompute", "--no-recompute", bool, False, "never recompute blocks",
                       lambda value: {"search.recompute": "off" if value else None}),)
@@ -55,21 +47,6 @@ class Recompute(Mechanism):
             return "was written by vramtune 0.1 (recompute_layers); rerun `vramtune apply` to rewrite it"
         return None
 
-    def to_formers(self, config, tuned) -> dict:
-        """Every layer when the choice recomputes (the only combination PaddleFormers' own models honour, so the
-        search explores nothing else there), or the first N layers by the block method where the model's code
-        recomputes those (the estimate's paddlefleet models: `formers_facts`); the file's combination removed when
-        it recomputes nothing (and where the model recomputes the first N, a block method's)."""
-        recomputed, facts = tuned.strategy.recomputed_blocks, tuned.facts
-        partial = (facts.get("recompute_options") or {}).get("partial")
-        if recomputed and partial and recomputed < facts.get("total_blocks", 0):
-            return {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": recomputed}
-        if recomputed:
-            return dict(FORMERS_EVERY_LAYER)
-        first_n = partial and config.get("recompute_method") == "block" and config.get("recompute_num_layers")
-        if first_n or all(config.get(key) == value for key, value in FORMERS_EVERY_LAYER.items()):
-            return dict.fromkeys(FORMERS_EVERY_LAYER, DELETE)
-        return {}
 
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
         return {"block_path": settings.block_path}
@@ -77,20 +54,6 @@ class Recompute(Mechanism):
 
     def rerun_layers(self, strategy) -> int:
         return strategy.recomputed_blocks
-
-    def formers_facts(self, model_type) -> dict:
-        """PaddleFormers' own models recompute every layer or none; the paddlefleet ones the first N layers too."""
-        return {"recompute_options": {"granularities": ["full"], "partial": model_type not in FORMERS_ALL_OR_NONE}}
-
-    def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
-        """The probe's blocks are the model's layers (num_hidden_layers): every one of them where the model's code
-        recomputes every layer or none (`to_formers` writes the same keys for any count there), else 1..L (the
-        first N by the block method, L every layer)."""
-        if not layers:
-            return {}, {}
-        facts = {"total_blocks": layers, **self.formers_facts(model_type)}
-        counts = range(1, layers + 1) if facts["recompute_options"]["partial"] else range(layers, layers + 1)
-        return facts, {"recomputed_blocks": tuple(counts)}
 
 
     def weight(self, strategy) -> int:
