@@ -82,9 +82,6 @@ class Accumulation(Mechanism):
                     f"(now {settings.max_accumulation}; the smallest micro-batch tried was {smallest})"]
         return []
 
-    def to_arguments(self, tuned):
-        return self.to_formers({}, tuned), []
-
     def to_formers(self, config, tuned) -> dict:
         return {"per_device_train_batch_size": tuned.strategy.micro_batch,
                 "gradient_accumulation_steps": tuned.strategy.accumulation}

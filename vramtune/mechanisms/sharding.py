@@ -89,24 +89,11 @@ class Sharding(Mechanism):
         stages = SHARDING_STAGES if context.devices > 1 and settings else (0,)
         return 1, [{"sharding_stage": stage} for stage in stages]
 
-    def from_arguments(self, arguments) -> dict:
-        """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
-        the run has (at least). Offload and sharding_parallel_config options are not measured: refused."""
-        mode = arguments.get("sharding", str, "") or ""
-        degree = arguments.get("sharding_parallel_degree", int, -1)
-        legacy = arguments.get("sharding_degree", int, -1)
-        config = arguments.get("sharding_parallel_config", str, "") or ""
-        if "offload" in mode:
-            arguments.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
-        if config.strip() and mode.strip():
-            arguments.fail("sharding_parallel_config", f"{config!r} changes how sharding holds its buffers, which "
-                                                       "vramtune does not measure: leave it empty to tune")
-        ranks = max(degree or -1, legacy or -1)
-        return {"devices": ranks} if ranks > 1 else {}
-
     def from_formers(self, config) -> dict:
         """sharding (stage1 by default) and its degree, sharding_parallel_size, as PaddleNLP's keys say them;
         offloading its buffers to the host refused (not measured)."""
+        from vramtune.dialects.paddlenlp.codec import read_sharding  # here: from_formers moves to its dialect
+
         data, offload = config.data, "sharding_offload_opt_buffersize_GB"
         config.seen.add(offload)
         if isinstance(data.get(offload), (int, float)) and data[offload] > 0:
@@ -116,7 +103,7 @@ class Sharding(Mechanism):
                      "sharding_parallel_degree": data.get("sharding_parallel_size", -1),
                      **({"sharding_parallel_config": data["sharding_parallel_config"]}
                         if "sharding_parallel_config" in data else {})}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
+        return read_sharding(Section(config.problems, config.file, config.prefix, arguments))
 
     def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
         """Every stage: the file's ranks (its degree) are the spec's, so its writer tells them apart."""
@@ -136,14 +123,6 @@ class Sharding(Mechanism):
 
     def formers_on_cpu(self, arguments) -> dict:
         return {"sharding": ""} if arguments.get("sharding", "stage1") else {}
-
-    def to_arguments(self, tuned):
-        """No stage on several ranks is written as `sharding: ""`: a stage the file stated would otherwise stay and
-        train what was not measured."""
-        stage = tuned.strategy.sharding_stage
-        if not stage:
-            return ({"sharding": ""} if tuned.strategy.devices > 1 else {}), []
-        return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned.strategy.devices}, []
 
     # -- search ------------------------------------------------------------------------------------------
     def considered(self, search) -> dict[int, str | None]:

@@ -78,13 +78,6 @@ class DataParallel(Mechanism):
                             "2 ranks, kept at any number of ranks; sharding goes without them)"} \
             if context.buffer_ratio else {}
 
-    def to_arguments(self, tuned):
-        devices = tuned.strategy.devices
-        if devices == 1:
-            return {}, []
-        return {}, [f"launch with: python -m paddle.distributed.launch --nproc_per_node {devices} "
-                    "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
-
     def doctor_checks(self) -> tuple:
         """Two NCCL ranks each measure their own peak, as multi-rank probes do (sharding's too)."""
         from vramtune.doctor.ranks import CHECK

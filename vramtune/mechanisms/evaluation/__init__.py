@@ -56,27 +56,13 @@ class Evaluation(Mechanism):
         section.finish()
         return settings
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """The Trainer evaluates when do_eval is set or its evaluation strategy is not "no"; generation while
-        evaluating is refused (not measured)."""
-        refuse_when_on(arguments, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) "
-                                                             "is not measured: set it to false to tune the evaluation "
-                                                             "loss and predictions")
-        evaluates = bool(arguments.get("do_eval", bool, False))
-        strategy = arguments.get("evaluation_strategy", str, "no", choices=("no", "steps", "epoch"))
-        batch = arguments.get("per_device_eval_batch_size", int, 8, check=positive(1 << 20))
-        steps = arguments.get("eval_accumulation_steps", int, None, check=positive(1 << 20))
-        loss_only = arguments.get("prediction_loss_only", bool, False)
-        if not (evaluates or strategy not in (None, "no")):
-            return {}
-        return {"train.evaluation": {"batch": batch or 8, "keep": "loss" if loss_only else "predictions",
-                                     **({"accumulation_steps": steps} if steps else {})}}
-
     def from_formers(self, config) -> dict[str, Any]:
         """PaddleFormers' Trainer names its evaluation keys as PaddleNLP's does."""
+        from vramtune.dialects.paddlenlp.codec import read_evaluation  # here: from_formers moves to its dialect
+
         refuse_when_on(config, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) is "
                                                           "not measured: set it to false")
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, {
+        return read_evaluation(Section(config.problems, config.file, config.prefix, {
             key: config.data[key] for key in ("do_eval", "evaluation_strategy", "per_device_eval_batch_size",
                                               "eval_accumulation_steps", "prediction_loss_only")
             if key in config.data}))
@@ -124,15 +110,6 @@ class Evaluation(Mechanism):
                    f"up to {steps} steps of {format_bytes(kept)} kept on the device, counted")
         return [f"evaluation at batch {chosen}{lowered}: peak {format_bytes(peak)} with the training state resident; "
                 f"{keeping}"]
-
-    def to_arguments(self, tuned):
-        facts = tuned.facts
-        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
-        if chosen is None:
-            return {}, []
-        warnings = [f"per_device_eval_batch_size lowered from {requested} to {chosen}: evaluation at {requested} "
-                    "does not fit beside the training state"] if chosen < requested else []
-        return {"per_device_eval_batch_size": chosen}, warnings
 
     # -- child side --------------------------------------------------------------------------------------
     def after_measure(self, run, settings) -> dict[str, Any]:

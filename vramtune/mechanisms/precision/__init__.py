@@ -15,13 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vramtune.core.reading import Section
-from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, PURE, dtype_of, level_of
+from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, PURE, SAFE_BLACK_LIST, dtype_of, level_of
 from vramtune.core.text import did_you_mean
 from vramtune.mechanisms.base import Mechanism, Option
 
-SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cross_entropy_with_softmax", "exp",
-                   "log", "log_softmax", "layer_norm", "rms_norm", "mean", "reduce_mean", "sum", "reduce_sum",
-                   "pow", "square", "sqrt", "rsqrt", "gelu", "silu", "tanh", "sigmoid", "batch_norm")
 # what PaddleNLP's Trainer (2.8, autocast_smart_context_manager) passes to auto_cast, so probes train as it does
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
@@ -69,26 +66,11 @@ class Precision(Mechanism):
         return PrecisionSettings([p for p in AMP_PRECISIONS if p in values],
                                  bool(spec.train.get("amp_master_grad", bool, False)), **lists)
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """fp16 / bf16 say which half type the run uses (the search keeps to it and chooses O1 or O2); with neither,
-        every AMP mode is offered. amp_master_grad and the custom op lists are measured as the Trainer applies them."""
-        fp16, bf16 = arguments.get("fp16", bool, False), arguments.get("bf16", bool, False)
-        arguments.get("fp16_opt_level", str, "O1", choices=("O1", "O2"))
-        keys: dict[str, Any] = {}
-        if fp16 or bf16:
-            keys["search.precisions"] = [p for p in AMP_PRECISIONS if dtype_of(p) == ("bf16" if bf16 else "fp16")]
-        if arguments.get("amp_master_grad", bool, False) and (fp16 or bf16):  # the Trainer ignores it without AMP
-            keys["train.amp_master_grad"] = True
-        for name in ("black_list", "white_list"):
-            ops = arguments.get(f"amp_custom_{name}", list, None)
-            if ops:
-                keys[f"train.amp_custom_{name}"] = ops
-        return keys
-
     def from_formers(self, config) -> dict[str, Any]:
         """compute_type says the half type (bf16 by default; float32: none; the quantized types refused: GPU kernels),
         with amp_master_grad on by default; the rest as a PaddleNLP arguments file names them."""
         from vramtune.dialects.paddleformers.keys import ESTIMATE, QUANTIZED_TYPES
+        from vramtune.dialects.paddlenlp.codec import read_precision  # here: from_formers moves to its dialect
 
         data, defaults = config.data, self.formers_defaults
         checked = config.get("compute_type", str, defaults["compute_type"],
@@ -101,7 +83,7 @@ class Precision(Mechanism):
                      "amp_master_grad": data.get("amp_master_grad", defaults["amp_master_grad"]),
                      **{key: data[key] for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list")
                         if key in data}}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
+        return read_precision(Section(config.problems, config.file, config.prefix, arguments))
 
     def to_formers(self, config, tuned) -> dict[str, Any]:
         """On a GPU, compute_type and fp16_opt_level as chosen (a CPU probe's fp32 says nothing of the GPU's)."""
@@ -184,16 +166,6 @@ class Precision(Mechanism):
     def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, Any]]]:
         """fp32, and the AMP modes the spec allows, least memory first; outermost."""
         return 0, [{"precision": p} for p in ("fp32", *[p for p in AMP_PRECISIONS if p in settings.allowed])]
-
-    def to_arguments(self, tuned):
-        precision = tuned.strategy.precision
-        dtype = dtype_of(precision)
-        arguments: dict[str, Any] = {"fp16": dtype == "fp16", "bf16": dtype == "bf16"}
-        if precision != "fp32":
-            arguments["fp16_opt_level"] = level_of(precision)
-        if precision == "fp16-safe":
-            arguments["amp_custom_black_list"] = list(SAFE_BLACK_LIST)
-        return arguments, []
 
     def kit_choices(self, half_dtypes) -> list[str]:
         """Every AMP level, in the dtypes the kit has a key for."""
