@@ -39,11 +39,6 @@ class Recompute(Mechanism):
         return RecomputeSettings(spec.search.get("recompute", str, "auto", choices=("auto", "off")) != "off",
                                  spec.model.get("block_path", str, None))
 
-    def outdated(self, tuned) -> str | None:
-        if "recompute_layers" in tuned and "recomputed_blocks" not in tuned:
-            return "was written by vramtune 0.1 (recompute_layers); rerun `vramtune apply` to rewrite it"
-        return None
-
     def to_formers(self, config, tuned) -> dict:
         """Every layer when the choice recomputes (the only combination PaddleFormers' own models honour, so the
         search explores nothing else there), or the first N layers by the block method where the model's code
