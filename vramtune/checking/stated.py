@@ -1,15 +1,16 @@
-"""The strategy a tool's own file states (a PaddleFormers config, a PaddleNLP arguments file, a kit's config): the
-configuration `vramtune apply` would write as this very file.
+"""The strategy a tool's own file states (a PaddleFormers config, a PaddleNLP arguments file, a kit's config): as its
+dialect reads it (`Dialect.stated`: a PaddleNLP arguments file's codec), else the configuration `vramtune apply` would
+write as this very file.
 
-It is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
+That is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
 writes it and no second mapping can drift from it. The candidates are the strategies whose fields can be listed:
 the batch's factors (micro-batch x accumulation = the file's batch per rank), every value of a field with choices,
 both of a switch; a count, the values its mechanism says a file may state for the model (`file_counts`: the layers
 recomputed, from the config.json of a PaddleFormers model folder; every sharding stage), rendered with the facts a
-probe would record (the model's layers); a count no mechanism lists (an arguments file's layers recomputed) keeps its
-default. The first, nearest the defaults, whose export says what the file says (key by key: comments and layout
-aside), is the file's strategy; a key the writer leaves out (the precision of a file checked on a CPU, which runs
-fp32) then reads as the default, as a probe there runs it."""
+probe would record (the model's layers); a count no mechanism lists keeps its default. The first, nearest the
+defaults, whose export says what the file says (key by key: comments and layout aside), is the file's strategy; a key
+the writer leaves out (the precision of a file checked on a CPU, which runs fp32) then reads as the default, as a
+probe there runs it."""
 from __future__ import annotations
 
 import itertools

@@ -7,12 +7,15 @@ tuning, precision, the batch, recompute, the ranks, sharding, to_static, evaluat
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from vramtune.core.reading import Section, positive, refuse_when_on
+from vramtune.core.reading import Problem, Section, SpecError, positive, refuse_when_on
 from vramtune.core.report import Tuned
-from vramtune.core.strategy import AMP_PRECISIONS, GRANULARITIES, SAFE_BLACK_LIST, Strategy, dtype_of, level_of
+from vramtune.core.spec import Spec
+from vramtune.core.strategy import AMP_PRECISIONS, GRANULARITIES, PURE, SAFE_BLACK_LIST, Strategy, dtype_of, level_of
 from vramtune.dialects.paddlenlp.local import local_path
+from vramtune.memory.architecture import ArchitectureError, read_config
 
 # the llm-script keys `to_arguments` writes -> what a parser without them (TrainingArguments alone) leaves in a
 # PaddleNLP model's configuration: writing nothing says the same
@@ -213,3 +216,81 @@ def expressible_neighbour(tuned: Tuned) -> Strategy | None:
         return None
     return tuned.strategy.with_(recomputed_blocks=facts["total_blocks"], recompute_granularity=granularity)
 
+
+
+# -- the strategy a file states --------------------------------------------------------------------------------------
+def stated(spec: Spec, device_kind: str) -> Strategy:
+    """The strategy the arguments file states, read from its keys as PaddleNLP 2.8.1's TrainingArguments and llm
+    scripts take them (their defaults where a key is absent), for a probe on this kind of device: a CPU runs fp32
+    whatever the file's precision. The ranks are the spec's (the file's sharding degree, or --devices). A key whose
+    value no strategy says (a SpecError names it): both fp16 and bf16; recompute where the model's layers are not
+    known (a built-in name: its configuration is PaddleNLP's) or no_recompute_layers is not the layers after the
+    first r (what apply writes); sharding over some of the ranks only."""
+    problems: list[Problem] = []
+    arguments = Section(problems, spec.path, "", spec.arguments)
+    fp16, bf16 = arguments.get("fp16", bool, False), arguments.get("bf16", bool, False)
+    if fp16 and bf16:
+        arguments.fail("bf16", "true with fp16 true: PaddleNLP's TrainingArguments allows at most one of them")
+    level = arguments.get("fp16_opt_level", str, "O1")
+    half = "bf16" if bf16 else "fp16" if fp16 else None
+    precision = "fp32" if half is None or device_kind == "cpu" else f"{half}{PURE}" if level == "O2" else half
+    recomputed, granularity = _stated_recompute(spec, arguments)
+    strategy = Strategy(precision=precision, micro_batch=arguments.get("per_device_train_batch_size", int, 8),
+                        accumulation=arguments.get("gradient_accumulation_steps", int, 1),
+                        recomputed_blocks=recomputed, recompute_granularity=granularity, devices=spec.devices,
+                        sharding_stage=_stated_stage(arguments, spec.devices))
+    if problems:
+        raise SpecError(problems)
+    return strategy
+
+
+def _stated_recompute(spec: Spec, arguments: Section) -> tuple[int, str]:
+    """The layers recomputed and the granularity: with recompute on, the model's layers (its config.json's
+    num_hidden_layers, as a probe counts them) less no_recompute_layers."""
+    if not arguments.get("recompute", bool, False):
+        return 0, "full"
+    granularity = arguments.get("recompute_granularity", str, ARGUMENT_DEFAULTS["recompute_granularity"])
+    skipped = arguments.get("no_recompute_layers", list, None) or []
+    config = spec.model.config
+    if not spec.model.local:
+        arguments.fail("recompute", f"true: the layers {config!r} has are PaddleNLP's to say (a built-in name), not "
+                                    "read here: give the model as a local folder with config.json, or gate this "
+                                    "file with `vramtune measure FILE -m M -k K -r R --budget B`")
+        return 0, "full"
+    try:
+        read = read_config(Path(config))
+    except ArchitectureError as error:
+        arguments.fail("recompute", f"true: the layers of {config} cannot be read: {error}")
+        return 0, "full"
+    layers = int(read.get("num_hidden_layers") or read.get("num_layers") or 0)
+    recomputed = layers - len(skipped)
+    if not layers:
+        arguments.fail("recompute", f"true: {config} says no num_hidden_layers, the layers recomputed")
+        return 0, "full"
+    if skipped != list(range(recomputed, layers)):
+        arguments.fail("no_recompute_layers", f"{skipped}: vramtune recomputes the first r of the model's {layers} "
+                                              "layers, so the layers not recomputed are the last ones (what apply "
+                                              "writes)")
+        return 0, "full"
+    return recomputed, granularity if recomputed else "full"
+
+
+def _stated_stage(arguments: Section, devices: int) -> int:
+    """The sharding stage over the ranks, as TrainingArguments reads `sharding` and its degree: none on one rank or
+    at degree 1; a degree of -1 shards over every rank."""
+    if devices < 2:
+        return 0
+    mode = arguments.get("sharding", str, "") or ""
+    degree, legacy = arguments.get("sharding_parallel_degree", int, -1), arguments.get("sharding_degree", int, -1)
+    degree = max(degree, legacy) if legacy > 0 else degree
+    ranks = devices if degree == -1 else max(degree, 1)
+    if not mode.split() or ranks == 1:
+        return 0
+    if mode.strip() not in SHARDING_STAGES:
+        arguments.fail("sharding", f"{mode!r}: TrainingArguments takes one of {', '.join(SHARDING_STAGES)}")
+    elif ranks != devices:
+        arguments.fail("sharding_parallel_degree", f"{degree}: sharding over {ranks} of the {devices} ranks is not "
+                                                   f"measured (vramtune shards over every rank): set it to {devices}")
+    else:
+        return SHARDING_STAGES[mode.strip()]
+    return 0

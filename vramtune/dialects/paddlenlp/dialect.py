@@ -32,4 +32,4 @@ TRAINING_ARGUMENTS = Format(export.NAME, export.SUFFIX, export.render,
                             inexpressible=partial(codec.inexpressible, accepted=export.ACCEPTED),
                             expressible_neighbour=codec.expressible_neighbour)
 DIALECT = Dialect("paddlenlp", FORMAT, recognises=lambda path: path.suffix == ".json", read=_read,
-                  per_rank_batch=True, formats=(TRAINING_ARGUMENTS,))
+                  per_rank_batch=True, formats=(TRAINING_ARGUMENTS,), stated=codec.stated)
