@@ -524,8 +524,8 @@ def test_fp16_going_nan_falls_back_to_bf16_then_to_fp16_safe(bf16, chosen):
 
 
 def test_fp16_safe_exports_the_op_list():
+    from vramtune.core.strategy import SAFE_BLACK_LIST
     from vramtune.dialects.paddlenlp.export import tuned_arguments
-    from vramtune.mechanisms.precision import SAFE_BLACK_LIST
 
     arguments, _ = tuned_arguments(Tuned.from_json({"precision": "fp16-safe", "micro_batch": 8, "accumulation": 2,
                                                     "recomputed_blocks": 0, "total_blocks": 4,

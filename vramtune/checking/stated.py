@@ -1,8 +1,8 @@
 """The strategy a tool's own file states (a PaddleFormers config, a PaddleNLP arguments file, a kit's config): as its
-dialect reads it where the dialect says (`Dialect.stated`: the kits'), else the configuration `vramtune apply` would
-write as this very file.
+dialect reads it (`Dialect.stated`: PaddleFormers', PaddleNLP's and the kits' codecs), else the configuration
+`vramtune apply` would write as this very file.
 
-It is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
+That is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
 writes it and no second mapping can drift from it. The candidates are the strategies whose fields can be listed:
 the batch's factors (micro-batch x accumulation = the file's batch per rank), every value of a field with choices,
 both of a switch; a count, the values a file may state for the model (a PaddleFormers model folder's config.json:

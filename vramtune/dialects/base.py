@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from vramtune.core.report import Report
+from vramtune.core.report import Report, Tuned
 from vramtune.core.spec import Spec
 from vramtune.core.strategy import Strategy
 
@@ -43,10 +43,15 @@ class Format:
     suffix: str
     render: Render  # (spec_path, spec, report, tuned_file) -> (text, warnings); tuned_file names the file written
     trained_by: str | None = None  # what trains the file it writes ("for the kit's own tools/train.py")
-    accepted: frozenset[str] | None = None  # the keys its reader accepts; None: it says every measured configuration
     refuses: Callable[[Path, Spec], str | None] = _writes_any  # why it cannot write this file (what it needs)
     prefer: Callable[[Spec, Report], tuple[Report, list[str]]] | None = None  # its own choice among the fitting
     output_name: Callable[[Path], str] | None = None  # the default output's file name; None: the stem + suffix
+    # why the file it writes cannot train a configuration as measured (its parser has no key for a tuned value), or
+    # None; `apply` then exports the fastest measured one it can say. None: it says every measured configuration
+    inexpressible: Callable[[Tuned], str | None] | None = None
+    # the configuration next to an inexpressible one that its file can say, for `apply` to measure when no saved
+    # probe stands in for it (None: none)
+    expressible_neighbour: Callable[[Tuned], Strategy | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -69,10 +69,6 @@ class Accumulation(Mechanism):
                     f"(now {settings.max_accumulation}; the smallest micro-batch tried was {smallest})"]
         return []
 
-    def to_arguments(self, tuned):
-        return {"per_device_train_batch_size": tuned.strategy.micro_batch,
-                "gradient_accumulation_steps": tuned.strategy.accumulation}, []
-
     def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""
         from vramtune.memory.layer_kinds import BATCHNORM

@@ -50,29 +50,6 @@ class Sharding(Mechanism):
         return {**state, **{STATE_PART[part]: state[STATE_PART[part]] // ranks
                             for part in PARTITIONED.get(strategy.sharding_stage, ())}}
 
-    def from_arguments(self, arguments) -> dict:
-        """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
-        the run has (at least). Offload and sharding_parallel_config options are not measured: refused."""
-        mode = arguments.get("sharding", str, "") or ""
-        degree = arguments.get("sharding_parallel_degree", int, -1)
-        legacy = arguments.get("sharding_degree", int, -1)
-        config = arguments.get("sharding_parallel_config", str, "") or ""
-        if "offload" in mode:
-            arguments.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
-        if config.strip() and mode.strip():
-            arguments.fail("sharding_parallel_config", f"{config!r} changes how sharding holds its buffers, which "
-                                                       "vramtune does not measure: leave it empty to tune")
-        ranks = max(degree or -1, legacy or -1)
-        return {"devices": ranks} if ranks > 1 else {}
-
-
-    def to_arguments(self, tuned):
-        """No stage on several ranks is written as `sharding: ""`: a stage the file stated would otherwise stay and
-        train what was not measured."""
-        stage = tuned.strategy.sharding_stage
-        if not stage:
-            return ({"sharding": ""} if tuned.strategy.devices > 1 else {}), []
-        return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned.strategy.devices}, []
 
     # -- search ------------------------------------------------------------------------------------------
     def considered(self, search: SearchView) -> dict[int, str | None]:

@@ -41,12 +41,6 @@ class DataParallel(Mechanism):
         several = strategy.devices > 1 and not strategy.sharding_stage
         return {**state, "buffers": int(given.buffer_ratio * state["gradients"]) if several else 0}
 
-    def to_arguments(self, tuned):
-        devices = tuned.strategy.devices
-        if devices == 1:
-            return {}, []
-        return {}, [f"launch with: python -m paddle.distributed.launch --nproc_per_node {devices} "
-                    "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
 
     def prepare_training(self, model, optimizer, strategy, settings):
         from vramtune.mechanisms.data_parallel import distributed

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vramtune.core.reading import Section, positive, refuse_when_on
+from vramtune.core.reading import Section, positive
 from vramtune.mechanisms.base import Mechanism
 
 KEEP = ("logits", "predictions", "loss")
@@ -56,22 +56,6 @@ class Evaluation(Mechanism):
         section.finish()
         return settings
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """The Trainer evaluates when do_eval is set or its evaluation strategy is not "no"; generation while
-        evaluating is refused (not measured)."""
-        refuse_when_on(arguments, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) "
-                                                             "is not measured: set it to false to tune the evaluation "
-                                                             "loss and predictions")
-        evaluates = bool(arguments.get("do_eval", bool, False))
-        strategy = arguments.get("evaluation_strategy", str, "no", choices=("no", "steps", "epoch"))
-        batch = arguments.get("per_device_eval_batch_size", int, 8, check=positive(1 << 20))
-        steps = arguments.get("eval_accumulation_steps", int, None, check=positive(1 << 20))
-        loss_only = arguments.get("prediction_loss_only", bool, False)
-        if not (evaluates or strategy not in (None, "no")):
-            return {}
-        return {"train.evaluation": {"batch": batch or 8, "keep": "loss" if loss_only else "predictions",
-                                     **({"accumulation_steps": steps} if steps else {})}}
-
 
     def child_settings(self, settings: EvaluationSettings | None, budget) -> dict[str, Any] | None:
         """The limit picks which evaluation batches the child measures; the parent judges them again."""
@@ -90,15 +74,6 @@ class Evaluation(Mechanism):
             return f"evaluation ran out of memory even at batch {smallest}"
         return (f"evaluation does not fit even at batch {smallest}: its peak "
                 f"{int(peak_with_kept(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
-
-    def to_arguments(self, tuned):
-        facts = tuned.facts
-        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
-        if chosen is None:
-            return {}, []
-        warnings = [f"per_device_eval_batch_size lowered from {requested} to {chosen}: evaluation at {requested} "
-                    "does not fit beside the training state"] if chosen < requested else []
-        return {"per_device_eval_batch_size": chosen}, warnings
 
     # -- child side --------------------------------------------------------------------------------------
     def after_measure(self, run, settings) -> dict[str, Any]:

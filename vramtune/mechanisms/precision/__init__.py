@@ -14,13 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, dtype_of, level_of
+from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, SAFE_BLACK_LIST, dtype_of, level_of
 from vramtune.core.text import did_you_mean
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
-SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cross_entropy_with_softmax", "exp",
-                   "log", "log_softmax", "layer_norm", "rms_norm", "mean", "reduce_mean", "sum", "reduce_sum",
-                   "pow", "square", "sqrt", "rsqrt", "gelu", "silu", "tanh", "sigmoid", "batch_norm")
 # what PaddleNLP's Trainer (2.8, autocast_smart_context_manager) passes to auto_cast, so probes train as it does
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
@@ -66,21 +63,6 @@ class Precision(Mechanism):
         return PrecisionSettings([p for p in AMP_PRECISIONS if p in values],
                                  bool(spec.train.get("amp_master_grad", bool, False)), **lists)
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """fp16 / bf16 say which half type the run uses (the search keeps to it and chooses O1 or O2); with neither,
-        every AMP mode is offered. amp_master_grad and the custom op lists are measured as the Trainer applies them."""
-        fp16, bf16 = arguments.get("fp16", bool, False), arguments.get("bf16", bool, False)
-        arguments.get("fp16_opt_level", str, "O1", choices=("O1", "O2"))
-        keys: dict[str, Any] = {}
-        if fp16 or bf16:
-            keys["search.precisions"] = [p for p in AMP_PRECISIONS if dtype_of(p) == ("bf16" if bf16 else "fp16")]
-        if arguments.get("amp_master_grad", bool, False) and (fp16 or bf16):  # the Trainer ignores it without AMP
-            keys["train.amp_master_grad"] = True
-        for name in ("black_list", "white_list"):
-            ops = arguments.get(f"amp_custom_{name}", list, None)
-            if ops:
-                keys[f"train.amp_custom_{name}"] = ops
-        return keys
 
     def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,
@@ -122,15 +104,6 @@ class Precision(Mechanism):
     def activation_factor(self, strategy, factors) -> float:
         return {"O0": 1.0, "O1": factors.o1_activations, "O2": factors.o2_activations}[level_of(strategy.precision)]
 
-    def to_arguments(self, tuned):
-        precision = tuned.strategy.precision
-        dtype = dtype_of(precision)
-        arguments: dict[str, Any] = {"fp16": dtype == "fp16", "bf16": dtype == "bf16"}
-        if precision != "fp32":
-            arguments["fp16_opt_level"] = level_of(precision)
-        if precision == "fp16-safe":
-            arguments["amp_custom_black_list"] = list(SAFE_BLACK_LIST)
-        return arguments, []
 
     # -- search ------------------------------------------------------------------------------------------
     def amp(self, search: SearchView) -> list[str]:

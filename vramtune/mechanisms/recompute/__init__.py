@@ -6,15 +6,12 @@ axis: at one micro-batch, the fewest recomputed blocks that fit, then the model'
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from vramtune.core.strategy import FIELDS, GRANULARITIES
+from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
-# what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
-MODEL_DEFAULTS = {"recompute_granularity": "full", "no_recompute_layers": None}
 
 
 @dataclass
@@ -26,7 +23,6 @@ class RecomputeSettings:
 class Recompute(Mechanism):
     name = "recompute"
     fields = (FIELDS["recomputed_blocks"], FIELDS["recompute_granularity"])
-    argument_defaults = MODEL_DEFAULTS
     most_cost = 0.5  # every block recomputed runs each forward once more: a forward is about a third of a step
     options = (Option("no_recompute", "--no-recompute", bool, False, "never recompute blocks",
                       lambda value: {"search.recompute": "off" if value else None}),)
@@ -34,18 +30,6 @@ class Recompute(Mechanism):
     def read(self, spec) -> RecomputeSettings:
         return RecomputeSettings(spec.search.get("recompute", str, "auto", choices=("auto", "off")) != "off",
                                  spec.model.get("block_path", str, None))
-
-    def from_arguments(self, arguments) -> dict:
-        """recompute, recompute_granularity and no_recompute_layers are what the search decides (and apply writes)."""
-        arguments.get("recompute", bool, False)
-        arguments.get("recompute_granularity", str, "full", choices=GRANULARITIES)
-        arguments.get("no_recompute_layers", list, None)
-        return {}
-
-    def outdated(self, tuned) -> str | None:
-        if "recompute_layers" in tuned and "recomputed_blocks" not in tuned:
-            return "was written by vramtune 0.1 (recompute_layers); rerun `vramtune apply` to rewrite it"
-        return None
 
 
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
@@ -83,41 +67,6 @@ class Recompute(Mechanism):
         if not search.settings(self.name).enabled and search.facts.get("total_blocks"):
             return ["recompute: set search.recompute to auto"]
         return []
-
-    def to_arguments(self, tuned):
-        """A model's own recompute: exactly what was measured. vramtune's wrapper has no PaddleNLP key (the
-        Trainer's `recompute` only reaches layers with their own enable_recompute): see inexpressible()."""
-        facts = tuned.facts
-        recomputed, native = tuned.strategy.recomputed_blocks, facts.get("recompute_options")
-        if not (native and recomputed):
-            return {"recompute": False}, []
-        arguments = {"recompute": True, "recompute_granularity": tuned.strategy.recompute_granularity}
-        if native["partial"]:
-            arguments["no_recompute_layers"] = list(range(recomputed, facts["total_blocks"])) or None
-        return arguments, []
-
-    def inexpressible(self, tuned, accepted):
-        facts = tuned.facts
-        recomputed = tuned.strategy.recomputed_blocks
-        if not recomputed:
-            return None
-        what = f"recompute of {recomputed} of {facts.get('total_blocks', '?')} blocks"
-        if not facts.get("recompute_options"):
-            return (f"{what} ran through vramtune's wrapper, which no PaddleNLP key switches on (the Trainer's "
-                    "`recompute` only reaches layers with their own enable_recompute)")
-        arguments, _ = self.to_arguments(tuned)
-        unsaid = [f"{key}: {json.dumps(value)}" for key, value in arguments.items()
-                  if key not in accepted and (key, value) not in self.argument_defaults.items()]
-        return f"{what} needs {', '.join(unsaid)}, which this parser does not read" if unsaid else None
-
-    def expressible_neighbour(self, tuned):
-        """Every layer at the models' default granularity: `recompute: true` alone says it."""
-        facts = tuned.facts
-        native = facts.get("recompute_options")
-        granularity = self.argument_defaults["recompute_granularity"]
-        if not native or granularity not in native["granularities"]:
-            return None
-        return tuned.strategy.with_(recomputed_blocks=facts["total_blocks"], recompute_granularity=granularity)
 
     # -- search: an axis ---------------------------------------------------------------------------------
     def levels(self, plain, search: SearchView):
