@@ -37,7 +37,7 @@ class BudgetEnforced(Check):
             while allocated < 2 * LIMIT_MB:
                 kept.append(paddle.zeros([STEP_MB * 2**20 // 4], dtype="float32"))
                 allocated += STEP_MB
-            paddle.device.cuda.synchronize(device.index)
+            paddle.device.synchronize(device.paddle_device)
         except Exception as error:  # the probe worker's own classification of what a training step raised
             return {"limit_mb": LIMIT_MB, "allocated_mb": allocated, "raised": short_error(error),
                     "classified": "oom" if is_oom(error) else "crashed"}

@@ -28,7 +28,7 @@ def on_this_rank(device: Device) -> Device:
 def allocated_now(device: Device) -> int:
     """Bytes allocated right now (the counters' current value, not their peak)."""
     if device.kind == "gpu":
-        paddle.device.cuda.synchronize(device.index)
+        paddle.device.synchronize(device.paddle_device)
         return int(paddle.device.cuda.memory_allocated(device.index))
     return int(core.host_memory_stat_current_value("Allocated", 0))
 

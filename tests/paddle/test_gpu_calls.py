@@ -1,0 +1,52 @@
+"""The Paddle calls vramtune's GPU path makes, over stand-ins for exactly those calls (this machine has no GPU): which
+device each call is given. The figures the stand-ins return are placeholders; nothing here asserts a measurement."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.paddle
+
+
+@pytest.fixture
+def gpu_calls(monkeypatch):
+    """Record every call of the GPU counters and synchronize; the deprecated `paddle.device.cuda.synchronize` (3.3.1:
+    "will be removed", and it sets GPU `device_id` current in whichever process calls it) fails the test."""
+    import paddle
+
+    calls: list[tuple[str, object]] = []
+
+    def recorder(name, value=0):
+        def record(device=None):
+            calls.append((name, device))
+            return value
+        return record
+
+    def deprecated(*args, **kwargs):
+        raise AssertionError("paddle.device.cuda.synchronize is deprecated: paddle.device.synchronize replaces it")
+
+    cuda = paddle.device.cuda
+    monkeypatch.setattr(cuda, "synchronize", deprecated)
+    monkeypatch.setattr(paddle.device, "synchronize", recorder("synchronize"))
+    for name in ("reset_max_memory_allocated", "reset_max_memory_reserved"):
+        monkeypatch.setattr(cuda, name, recorder(name), raising=False)
+    for name in ("max_memory_allocated", "max_memory_reserved", "memory_allocated"):
+        monkeypatch.setattr(cuda, name, recorder(name, 1), raising=False)
+    return calls
+
+
+def test_gpu_counters_synchronize_their_own_device_with_the_current_api(gpu_calls):
+    from vramtune.child.counters import MemoryCounters
+
+    counters = MemoryCounters("gpu", 1)
+    counters.start()
+    counters.peak()
+    assert [device for name, device in gpu_calls if name == "synchronize"] == ["gpu:1", "gpu:1"]
+    assert {device for name, device in gpu_calls if name != "synchronize"} == {1}
+
+
+def test_the_doctors_gpu_helpers_synchronize_their_own_device_with_the_current_api(gpu_calls):
+    from vramtune.core.records import Device
+    from vramtune.doctor.workload import allocated_now
+
+    allocated_now(Device("gpu", 2, "stand-in", 1 << 30, "any"))
+    assert gpu_calls == [("synchronize", "gpu:2"), ("memory_allocated", 2)]
