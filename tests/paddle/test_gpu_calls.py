@@ -50,3 +50,36 @@ def test_the_doctors_gpu_helpers_synchronize_their_own_device_with_the_current_a
 
     allocated_now(Device("gpu", 2, "stand-in", 1 << 30, "any"))
     assert gpu_calls == [("synchronize", "gpu:2"), ("memory_allocated", 2)]
+
+
+def gpu_job(tmp_path, monkeypatch, strategy=None, **spec_changes) -> dict:
+    """A probe job of the shipped MLP for a stand-in GPU (index 0 of 2), as the session makes it."""
+    from conftest import CONFIGS, mlp_spec
+
+    from vramtune.core.records import Budget, Device
+    from vramtune.core.strategy import Strategy
+    from vramtune.spec import spec_from_dict
+    from vramtune.tuning.session import job_for
+
+    monkeypatch.syspath_prepend(str(CONFIGS))  # the factory's module
+    spec = spec_from_dict(mlp_spec(**{"device": "gpu", **spec_changes}), str(tmp_path / "spec.yaml"))
+    device = Device("gpu", 0, "stand-in GPU", 80 << 30, "3.3.1", count=2)
+    return job_for(spec, strategy or Strategy(micro_batch=4, accumulation=1), device, Budget(40 << 20, 0.05)).to_json()
+
+
+def test_a_rank_trains_and_reads_its_counters_on_the_gpu_the_launcher_selected(gpu_calls, monkeypatch, tmp_path):
+    """Rank 1 of a launch that selected GPU 1 for it: set_device, every counter call and synchronize name GPU 1
+    (rank 0's GPU, index 0, read from every rank was the bug). set_device is a stand-in, so the model trains on the
+    CPU; the counters' figures are stand-ins too."""
+    import paddle
+
+    from vramtune.child.worker import run_probe
+
+    placed = []
+    monkeypatch.setattr(paddle, "set_device", placed.append)
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    monkeypatch.setenv("FLAGS_selected_gpus", "1")
+    result = run_probe(gpu_job(tmp_path, monkeypatch))
+    assert result["status"] == "measured", result
+    assert placed == ["gpu:1"]
+    assert {device for name, device in gpu_calls} == {1, "gpu:1"}

@@ -131,7 +131,8 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
 
     job = ProbeJob.from_json(job_data)
     device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
-    paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{device.index + ranks.rank()}")
+    ordinal = ranks.device_ordinal(device.index)  # this rank's GPU
+    paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{ordinal}")
     paddle.seed(job.seed)  # every rank builds the same weights
     try:
         built, prepared = build(job, strategy, phases)
@@ -144,7 +145,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     def loss_fn(data):
         return built.loss(prepared.network, data)
 
-    counters = MemoryCounters(device.kind, device.index)
+    counters = MemoryCounters(device.kind, ordinal)
     facts = {**prepared.facts, "phases": phases.seconds}
     losses: list[float] = []
     rebuilt = rebuild_stop(job, prepared.model, strategy)

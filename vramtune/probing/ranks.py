@@ -84,6 +84,11 @@ def merge(payloads: list[dict[str, Any] | None], logs: list[str]) -> dict[str, A
     for rank, payload in enumerate(payloads):
         if payload.get("status") != "measured":
             return {**payload, "error": f"rank {rank}: {payload.get('error')}"}
+    for rank, payload in enumerate(payloads):
+        weights = payload.get("weight_bytes")
+        if weights and payload["peak_bytes"] < weights:
+            return {"status": "crashed", "error": f"rank {rank} reported a peak of {payload['peak_bytes']} B, below "
+                                                  f"its own weights ({weights} B): its counters read another device"}
     peaks = [p["peak_bytes"] for p in payloads]
     slowest = max(payloads, key=lambda p: p["step_seconds"])
     reserved = [p["reserved_bytes"] for p in payloads if p.get("reserved_bytes") is not None]

@@ -1,0 +1,31 @@
+"""The GPU path's predicted first-run failures (issue 37), each fixed and checked here without Paddle: over fake
+devices, fixtures quoting Paddle's own message formats (each says which source it quotes), and stand-ins for the one
+call involved. None of these is a measurement."""
+from __future__ import annotations
+
+from vramtune.probing.ranks import merge
+
+
+def rank_result(peak: int, weights: int, seconds: float = 0.1) -> dict:
+    return {"status": "measured", "peak_bytes": peak, "reserved_bytes": peak, "step_seconds": seconds,
+            "weight_bytes": weights, "gradient_bytes": weights, "optimizer_bytes": 2 * weights}
+
+
+# -- item 2: each rank reads its own GPU ------------------------------------------------------------------------
+def test_a_rank_measures_on_the_gpu_the_launcher_selected_for_it(monkeypatch):
+    from vramtune.child.rank import device_ordinal
+
+    monkeypatch.delenv("PADDLE_TRAINER_ID", raising=False)
+    monkeypatch.setenv("FLAGS_selected_gpus", "3")  # exported by the user, outside the launcher: not ours
+    assert device_ordinal(2) == 2
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    assert device_ordinal(2) == 3  # what Paddle's ParallelEnv.device_id reads: init_parallel_env's place
+    monkeypatch.delenv("FLAGS_selected_gpus")
+    assert device_ordinal(2) == 2
+
+
+def test_a_rank_whose_peak_is_below_its_own_weights_fails_the_probe_its_counters_read_another_device():
+    merged = merge([rank_result(900, 100), rank_result(3, 100)], ["", ""])
+    assert merged["status"] == "crashed"
+    assert merged["error"].startswith("rank 1 reported a peak of 3 B, below its own weights (100 B)")
+    assert merge([rank_result(900, 100), rank_result(800, 100)], ["", ""])["rank_peak_bytes"] == [900, 800]
