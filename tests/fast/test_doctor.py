@@ -54,7 +54,7 @@ class FakeChecks:
                     "peak_reserved": 64 * MiB if gpu_card else None, "fresh_peak": 0, "resets": True,
                     "after_free": 0, "after_reset": 0}
         if name == "budget":
-            return {"limit_mb": 256, "allocated_mb": 256, "raised": OOM, "classified": "oom"}
+            return {"limit_mb": 256, "allocated_mb": 256, "raised": OOM, "classified": "oom", "seconds": 0.01}
         if name == "amp" and part == "dtypes":
             half = {"fp16": "float16", "bf16": "bfloat16"}
             return {p: {"o1_matmul": half[p] if gpu_card else "float32", "o2_weight": half[p] if gpu_card else
@@ -126,7 +126,7 @@ def test_doctor_on_a_gpu_passes_every_check_and_saves_its_json(doctor_cli, priva
     assert "bf16-O2 peak 0.72 of fp32's, activations x0.50" in amp["figure"]
     assert "GradScaler stepped on a finite step, skipped an inf step (scale 512.0)" in amp["figure"]
     assert result["checks"][6]["figure"].endswith("reserved 66.0 MiB (+10.0%)")  # 8% more, in 2 MiB blocks
-    assert ("budget", "", {"FLAGS_gpu_memory_limit_mb": "256"}) in checks.runs
+    assert ("budget", "", {"FLAGS_gpu_memory_limit_mb": "256", "FLAGS_gpu_allocator_retry_time": "0"}) in checks.runs
     (path,) = private_cache.glob("doctor/*.json")
     assert path.name == "gpu-fake-A100-80GB-paddle-0.0-fake.json"
     assert json.loads(path.read_text())["checks"] == result["checks"]
@@ -152,6 +152,8 @@ GPU_FAILS = [
      "allocated 512 MiB under a 256 MiB limit without an error", "the budget is not enforced"),
     ("budget", "", {"raised": "RuntimeError: CUDA error 2", "classified": "crashed"}, "classified crashed",
      "vramtune does not recognise this error as out-of-memory"),
+    ("budget", "", {"seconds": 10.02}, "classified oom, raised after 10.0s",
+     "the allocator retried before raising (Paddle's RetryAllocator"),
     ("amp", "dtypes", {"fp16": {"o1_matmul": "float32", "o2_weight": "float16", "o2_masters": ["float32"],
                                 "o2_master_count": 2, "parameters": 2}},
      "fp16 O1 matmul float32", "auto_cast O1 does not cast a matmul to float16"),

@@ -3,6 +3,8 @@ devices, fixtures quoting Paddle's own message formats (each says which source i
 call involved. None of these is a measurement."""
 from __future__ import annotations
 
+from fakes import FakeDevice
+
 from vramtune.probing.ranks import merge
 
 
@@ -29,3 +31,18 @@ def test_a_rank_whose_peak_is_below_its_own_weights_fails_the_probe_its_counters
     assert merged["status"] == "crashed"
     assert merged["error"].startswith("rank 1 reported a peak of 3 B, below its own weights (100 B)")
     assert merge([rank_result(900, 100), rank_result(800, 100)], ["", ""])["rank_peak_bytes"] == [900, 800]
+
+
+# -- item 4: an OOM raises at once, not after Paddle's RetryAllocator waited 10 s -------------------------------
+def test_every_gpu_probe_and_the_budget_check_run_without_the_allocators_retry():
+    from fakes import GiB, gpu
+
+    from vramtune.doctor.budget import BudgetEnforced
+    from vramtune.probing.runner import gpu_memory_limit_env
+
+    card = gpu("fake A100 80GB", 80).device()
+    no_retry = {"FLAGS_gpu_allocator_retry_time": "0"}  # allocator_facade.cc: no RetryAllocator when not > 0
+    assert gpu_memory_limit_env(card, 20 * GiB) == {"FLAGS_gpu_memory_limit_mb": str(20 * 1024), **no_retry}
+    assert gpu_memory_limit_env(card, card.total_bytes) == no_retry
+    assert BudgetEnforced().env(card) == {"FLAGS_gpu_memory_limit_mb": "256", **no_retry}
+    assert gpu_memory_limit_env(FakeDevice().device(), 1 << 20) == {}

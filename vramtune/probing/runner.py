@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from vramtune.core.oom import looks_like_oom
+from vramtune.core.oom import NO_RETRY_ENV, looks_like_oom
 from vramtune.core.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import error_line
@@ -57,10 +57,12 @@ def child_command(arguments: list[str], extra_env: dict[str, str]) -> tuple[list
 
 
 def gpu_memory_limit_env(device: Device, budget_bytes: int) -> dict[str, str]:
-    """On a GPU, make the child's allocator fail at the budget so that real OOMs happen there."""
-    if device.kind != "gpu" or budget_bytes >= device.total_bytes:
+    """On a GPU, make the child's allocator fail at the budget so that real OOMs happen there, at once."""
+    if device.kind != "gpu":
         return {}
-    return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20))}
+    if budget_bytes >= device.total_bytes:
+        return dict(NO_RETRY_ENV)
+    return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20)), **NO_RETRY_ENV}
 
 
 class ChildProcess:
