@@ -46,3 +46,42 @@ def test_every_gpu_probe_and_the_budget_check_run_without_the_allocators_retry()
     assert gpu_memory_limit_env(card, card.total_bytes) == no_retry
     assert BudgetEnforced().env(card) == {"FLAGS_gpu_memory_limit_mb": "256", **no_retry}
     assert gpu_memory_limit_env(FakeDevice().device(), 1 << 20) == {}
+
+
+# -- item 8: Paddle's GPU out-of-memory text, and an abort on it ------------------------------------------------
+# A GPU OOM as Python sees it (a fixture, figures made up): BadAlloc's what() is GetCompleteTraceBackString
+# (phi/core/enforce.h: the C++ traceback, then the summary banner) around cuda_allocator.cc's ResourceExhausted
+# message, with its FLAGS_gpu_memory_limit_mb fragment; format strings quoted from Paddle's sources.
+GPU_OOM = ("\n\n--------------------------------------\nC++ Traceback (most recent call last):\n"
+           "--------------------------------------\n0   paddle::memory::allocation::Allocator::Allocate(unsigned long)\n"
+           "1   paddle::memory::allocation::StatAllocator::AllocateImpl(unsigned long)\n"
+           "10  std::string phi::enforce::GetCompleteTraceBackString<std::string >(std::string&&, char const*, int)\n"
+           "\n----------------------\nError Message Summary:\n----------------------\n"
+           "ResourceExhaustedError: \n\nOut of memory error on GPU 0. Cannot allocate 1.000000GB memory on GPU 0, "
+           "10.500000GB memory has been allocated and available memory is only 512.000000MB.\n\n"
+           "Please check whether there is any other process using GPU 0.\n"
+           "1. If yes, please stop them, or start PaddlePaddle on another GPU.\n"
+           "2. If no, please decrease the batch size of your model. Or set environment variable "
+           "`FLAGS_gpu_memory_limit_mb` to a larger value. Currently `FLAGS_gpu_memory_limit_mb` is 11264, so the "
+           "maximum GPU memory usage is limited to 11264 MB.\n   The command is `export FLAGS_gpu_memory_limit_mb=xxx`."
+           "\n (at /paddle/paddle/phi/core/memory/allocation/cuda_allocator.cc:71)\n")
+GPU_OOM_LINE = ("Out of memory error on GPU 0. Cannot allocate 1.000000GB memory on GPU 0, 10.500000GB memory has been "
+                "allocated and available memory is only 512.000000MB. (FLAGS_gpu_memory_limit_mb=11264)")
+
+
+def test_a_gpu_oom_is_said_by_its_sizes_not_by_paddles_banner():
+    from vramtune.core.text import error_line, short_error
+
+    assert short_error(MemoryError(GPU_OOM)) == f"MemoryError: {GPU_OOM_LINE}"
+    assert error_line(GPU_OOM, last=True) == GPU_OOM_LINE
+    assert error_line("Traceback ...\nValueError: width must be even") == "ValueError: width must be even"
+
+
+def test_a_child_aborted_by_an_uncaught_bad_alloc_is_oom_not_crashed():
+    from vramtune.probing.runner import ChildOutcome, classify
+
+    tail = ("terminate called after throwing an instance of 'paddle::memory::allocation::BadAlloc'\n  what():  "
+            + GPU_OOM)
+    result = classify(ChildOutcome(-6, False, tail, 1.0), None, 60)
+    assert result == {"status": "oom", "error": f"killed by SIGABRT: {GPU_OOM_LINE}"}
+    assert classify(ChildOutcome(-6, False, "double free", 1.0), None, 60)["status"] == "crashed"

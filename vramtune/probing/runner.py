@@ -178,6 +178,8 @@ def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: flo
         return payload
     if outcome.returncode is not None and outcome.returncode < 0:
         name = signal.Signals(-outcome.returncode).name
+        if name == "SIGABRT" and looks_like_oom(outcome.stderr_tail):  # an uncaught BadAlloc (a non-Python thread)
+            return {"status": "oom", "error": f"killed by SIGABRT: {error_line(outcome.stderr_tail, last=True)}"}
         hint = " (likely the system OOM killer)" if name == "SIGKILL" else ""
         return {"status": "crashed", "error": f"killed by {name}{hint}"}
     last_line = error_line(outcome.stderr_tail, last=True, default="no output")
