@@ -85,3 +85,59 @@ def test_a_child_aborted_by_an_uncaught_bad_alloc_is_oom_not_crashed():
     result = classify(ChildOutcome(-6, False, tail, 1.0), None, 60)
     assert result == {"status": "oom", "error": f"killed by SIGABRT: {GPU_OOM_LINE}"}
     assert classify(ChildOutcome(-6, False, "double free", 1.0), None, 60)["status"] == "crashed"
+
+
+# -- item 7: --device gpu:N with several ranks --------------------------------------------------------------------
+def test_the_launcher_is_given_the_ranks_gpus_by_the_labels_it_selects_by():
+    from vramtune.core.records import Device
+    from vramtune.core.strategy import Strategy
+    from vramtune.mechanisms.data_parallel import DataParallel
+
+    card = Device("gpu", 1, "fake A100 80GB", 80 << 30, "3.3.1", count=4)
+    launch = DataParallel().launcher(Strategy(devices=2), card, ["probe"], {})
+    assert launch.argv[launch.argv.index("--devices") + 1] == "1,2"
+    visible = DataParallel().launcher(Strategy(devices=2), card, ["probe"], {"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    assert visible.argv[visible.argv.index("--devices") + 1] == "5,6"  # launch/context/device.py: labels.index
+    cpu = Device("cpu", 0, "fake cpu", 64 << 30, "3.3.1", count=8)
+    assert "--devices" not in DataParallel().launcher(Strategy(devices=2), cpu, ["probe"], {}).argv
+
+
+def test_ranks_past_the_last_gpu_are_unsupported_before_any_probe():
+    from vramtune.core.records import Device
+    from vramtune.core.strategy import Strategy
+    from vramtune.mechanisms.data_parallel import DataParallel
+
+    card = Device("gpu", 3, "fake A100 80GB", 80 << 30, "3.3.1", count=4)
+    assert DataParallel().unsupported(Strategy(devices=2), card) == ("2 ranks from gpu:3 need GPUs 3 to 4; this "
+                                                                     "machine has 4 (0 to 3)")
+    assert DataParallel().unsupported(Strategy(devices=1), card) is None
+
+
+def test_a_rank_paddle_exited_for_a_gpu_that_is_not_there_is_said_so_not_the_oom_killer():
+    # place.cc's CUDAPlace check logs this (glog) and calls std::exit(-1): no Python error, exit 255
+    log = ("E0101 12:00:00.000000 1234 place.cc:48] Invalid CUDAPlace(4), must inside [0, 4), because GPU number on "
+           "your machine is 4")
+    merged = merge([rank_result(900, 100), None], ["", log])
+    assert merged == {"status": "crashed", "error": f"rank 1 asked Paddle for a GPU that is not there: {log}"}
+
+
+def test_the_doctors_two_ranks_run_on_the_gpus_it_checks(monkeypatch):
+    import json
+
+    from vramtune.core.records import Device
+    from vramtune.doctor import ranks, running
+    from vramtune.probing.runner import ChildOutcome
+
+    started = []
+
+    class Started:
+        def __init__(self, argv, env, stderr, cwd=None, graceful=False):
+            started.append(argv)
+
+        def run(self, timeout):
+            return ChildOutcome(1, False, "", 0.1)
+
+    monkeypatch.setattr(running, "ChildProcess", Started)
+    card = Device("gpu", 2, "fake A100 80GB", 80 << 30, "3.3.1", count=4)
+    running.ChildChecks().run(ranks.CHECK, json.dumps(card.to_json()), "", {}, 1.0)
+    assert started[0][started[0].index("--devices") + 1] == "2,3"
