@@ -141,3 +141,14 @@ def test_the_doctors_two_ranks_run_on_the_gpus_it_checks(monkeypatch):
     card = Device("gpu", 2, "fake A100 80GB", 80 << 30, "3.3.1", count=4)
     running.ChildChecks().run(ranks.CHECK, json.dumps(card.to_json()), "", {}, 1.0)
     assert started[0][started[0].index("--devices") + 1] == "2,3"
+
+
+# -- item 9: a breakdown never has a negative part ----------------------------------------------------------------
+def test_a_state_counted_above_the_peak_gives_no_breakdown_rather_than_negative_activations():
+    from vramtune.core.records import ProbeResult
+    from vramtune.core.strategy import Strategy
+
+    over = ProbeResult("fits", Strategy(), peak_bytes=100, weight_bytes=80, gradient_bytes=80, optimizer_bytes=0)
+    assert over.breakdown() is None
+    fine = ProbeResult("fits", Strategy(), peak_bytes=200, weight_bytes=80, gradient_bytes=80, optimizer_bytes=0)
+    assert fine.breakdown()["activations"] == 40

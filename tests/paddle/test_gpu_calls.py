@@ -83,3 +83,41 @@ def test_a_rank_trains_and_reads_its_counters_on_the_gpu_the_launcher_selected(g
     assert result["status"] == "measured", result
     assert placed == ["gpu:1"]
     assert {device for name, device in gpu_calls} == {1, "gpu:1"}
+
+
+# -- item 9: what sharding stages 2 and 3 leave each rank holding -------------------------------------------------
+def stepped_model():
+    import paddle
+
+    model = paddle.nn.Sequential(paddle.nn.Linear(64, 64), paddle.nn.Linear(64, 8))
+    optimizer = paddle.optimizer.AdamW(parameters=model.parameters())
+    model(paddle.randn([4, 64])).mean().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_a_weight_stage_3_released_counts_its_slice_not_its_shape():
+    """Stage 3 (group_sharded_stage3._param_storage) keeps this rank's slice as `fw_storage` and clears the full
+    weight (`_clear_data`: its numel() then raises, its shape stays)."""
+    import paddle
+
+    from vramtune.child.training import state_counts
+
+    model, optimizer = stepped_model()
+    before = state_counts(model, optimizer)
+    weight = model[0].weight
+    weight.fw_storage = paddle.zeros([64 * 64 // 2])  # this rank's half
+    weight._clear_data()
+    after = state_counts(model, optimizer)
+    assert after["weight_bytes"] == before["weight_bytes"] - 64 * 64 * 4 // 2
+
+
+def test_a_gradient_sharding_released_counts_nothing():
+    """Stage 2's reduce (group_sharded_stage2 cleanup) releases the gradients this rank does not own with
+    clear_gradient(False)."""
+    from vramtune.child.training import state_counts
+
+    model, optimizer = stepped_model()
+    before = state_counts(model, optimizer)
+    model[0].weight.clear_gradient(False)
+    assert state_counts(model, optimizer)["gradient_bytes"] == before["gradient_bytes"] - 64 * 64 * 4

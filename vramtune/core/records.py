@@ -156,8 +156,9 @@ class ProbeResult:
 
     def breakdown(self) -> dict[str, int] | None:
         """What fills the peak: the counted weights, gradients and optimizer state, the activations and
-        temporaries (the rest of the allocated peak), and on GPU what the allocator reserved beyond it."""
-        if self.peak_bytes is None or self.state_bytes is None:
+        temporaries (the rest of the allocated peak), and on GPU what the allocator reserved beyond it. None where
+        the counted state is above the peak (a count that cannot be right has no part to say)."""
+        if self.peak_bytes is None or self.state_bytes is None or self.state_bytes > self.peak_bytes:
             return None
         parts = {"weights": self.weight_bytes, "gradients": self.gradient_bytes,
                  "optimizer_state": self.optimizer_bytes, "activations": self.peak_bytes - self.state_bytes}
