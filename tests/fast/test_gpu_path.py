@@ -3,6 +3,8 @@ devices, fixtures quoting Paddle's own message formats (each says which source i
 call involved. None of these is a measurement."""
 from __future__ import annotations
 
+import json
+
 from fakes import FakeDevice
 
 from vramtune.probing.ranks import merge
@@ -152,3 +154,71 @@ def test_a_state_counted_above_the_peak_gives_no_breakdown_rather_than_negative_
     assert over.breakdown() is None
     fine = ProbeResult("fits", Strategy(), peak_bytes=200, weight_bytes=80, gradient_bytes=80, optimizer_bytes=0)
     assert fine.breakdown()["activations"] == 40
+
+
+# -- item 1: a model whose attention kernel cannot run fp32 on a GPU ---------------------------------------------
+FLASHMASK_FP32 = ("flashmask attention has GPU kernels for float16 and bfloat16 only (Paddle registers flash_attn and "
+                  "flashmask_attention for those): fp32 cannot run it; to measure fp32, set _attn_implementation: "
+                  "sdpa (or eager)")
+
+
+def formers_config(tmp_path, *edits: tuple[str, str], name: str = "sft.yaml"):
+    """The demo PaddleFormers config with the attention left at PaddleFormers' default (flashmask) and bf16 (its
+    default compute_type), for a GPU; the data absent (no Paddle reads it here)."""
+    from conftest import CONFIGS, SPECS
+
+    text = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text().replace("./tests/specs/formers/llama",
+                                                                        str(SPECS / "formers" / "llama"))
+    for old, new in (("_attn_implementation: eager  # flashmask (the default) has no CPU kernel\n", ""),
+                     ("compute_type: float32  # bf16 is the default; CPUs train in float32\n", ""),
+                     ("device: cpu\n", ""), *edits):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_fp32_with_flashmask_on_a_gpu_is_unsupported_before_any_probe(fake_cli, tmp_path, monkeypatch):
+    from fakes import gpu
+
+    from vramtune.core.strategy import Strategy
+    from vramtune.spec.files import load_spec
+    from vramtune.tuning.session import unsupported
+
+    monkeypatch.chdir(tmp_path)
+    card = gpu("fake A100 80GB", 80, noise=0.0)
+    spec = load_spec(formers_config(tmp_path))
+    assert unsupported(Strategy(precision="fp32"), card.device(), spec) == FLASHMASK_FP32
+    assert unsupported(Strategy(precision="bf16"), card.device(), spec) is None
+    assert unsupported(Strategy(precision="fp32"), FakeDevice().device(), spec) is None  # the CPU probes eager
+    sdpa = load_spec(formers_config(tmp_path, ("lora: true", "lora: true\n_attn_implementation: sdpa"),
+                                    name="sdpa.yaml"))
+    assert unsupported(Strategy(precision="fp32"), card.device(), sdpa) is None
+    cli, backend = fake_cli(card)
+    code, out, err = cli("probe", tmp_path / "sft.yaml", "--budget", "64MiB", "--json")
+    report = json.loads(out)
+    assert code == 0, err
+    assert backend.jobs and all(job.strategy["precision"] != "fp32" for job in backend.jobs)
+    assert f"fp32 skipped: {FLASHMASK_FP32}" in report["notes"]
+    plain = report["probes"][0]
+    assert (plain["precision"], plain["status"], plain["error"]) == ("fp32", "unsupported", FLASHMASK_FP32)
+
+
+def test_fp32_with_paddlenlps_flash_attention_on_a_paddle_2_gpu_is_unsupported(write_spec):
+    from conftest import SPECS
+
+    from vramtune.core.records import Device
+    from vramtune.core.strategy import Strategy
+    from vramtune.spec.files import load_spec
+    from vramtune.tuning.session import unsupported
+
+    spec = load_spec(write_spec({"name": "llama", "device": "gpu", "budget": "auto", "train": {"target_batch": 8},
+                                 "model": {"source": "paddlenlp", "config": str(SPECS / "tiny-llama"),
+                                           "config_fields": {"use_flash_attention": True}},
+                                 "data": {"seq_len": 128}}))
+    card = Device("gpu", 0, "fake A100 80GB", 80 << 30, "2.6.2", count=1)
+    why = unsupported(Strategy(precision="fp32"), card, spec)
+    assert why is not None and why.startswith("use_flash_attention: PaddleNLP's flash attention runs on Paddle "
+                                              "2.6's flash_attn, which has GPU kernels for float16 and bfloat16 only")
+    assert unsupported(Strategy(precision="bf16"), card, spec) is None

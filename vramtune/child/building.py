@@ -1,6 +1,8 @@
-"""Building a source's model in the child, with the one-sample shape check (what builders share: sources/tensors.py)."""
+"""Building a source's model in the child, and the one-sample shape check the probe runs once the model is prepared
+(what builders share: sources/tensors.py)."""
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import paddle
@@ -23,14 +25,38 @@ def build_model(source: Source, settings: Any, spec_dir: str, configure: Callabl
         raise BuildError(f"model: building it failed: {type(error).__name__}: {error_line(str(error))}") from error
 
 
-def check_one_sample(built: BuiltModel) -> None:
-    """Push one sample through, so that shape errors surface as BuildError (out of memory propagates)."""
+class KernelUnsupported(Exception):
+    """Paddle has no kernel for what the model runs, on this device in this dtype: the strategy is unsupported here."""
+
+
+# kernel_factory.cc: "The kernel with key (GPU, ..., float32) of kernel `flash_attn` is not registered and fail to
+# fallback to CPU one. ... Paddle support following DataTypes: float16, bfloat16" (flash_attn_kernel.cu registers
+# the flash kernels on a GPU for float16 and bfloat16 only; there is none on a CPU)
+UNREGISTERED_FLASH = re.compile(r"kernel `(flash_attn\w*|flashmask_attention\w*)` is not registered")
+
+
+def kernel_unsupported(error: BaseException) -> str | None:
+    """Why the strategy cannot run here, where the error is Paddle's missing flash attention kernel; else None."""
+    found = UNREGISTERED_FLASH.search(str(error))
+    if not found:
+        return None
+    return (f"Paddle has no {found.group(1)} kernel for this device and dtype (float16 and bfloat16 only on a GPU): "
+            f"{error_line(str(error))}")[:400]
+
+
+def check_one_sample(built: BuiltModel, prepared: Any) -> None:
+    """Push one sample through the network that trains, as a training step runs it (every mechanism has prepared
+    it; inside their forward context: AMP's auto_cast), so that shape errors surface as BuildError. Out of memory
+    propagates; a kernel Paddle lacks for the device and dtype is KernelUnsupported."""
     try:
-        with paddle.no_grad():
-            built.loss(built.model, built.make_batch(1))
+        with paddle.no_grad(), prepared.runner.forward_context():
+            built.loss(prepared.network, built.make_batch(1))
     except Exception as error:
         if isinstance(error, MemoryError) or looks_like_oom(str(error)):
             raise
+        why = kernel_unsupported(error)
+        if why:
+            raise KernelUnsupported(why) from error
         detail = error_line(str(error))[:300]
         raise BuildError(f"data: does not fit the model: one sample fails in forward: "
                          f"{type(error).__name__}: {detail}") from error

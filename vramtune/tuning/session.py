@@ -72,14 +72,16 @@ def job_for(spec: Spec, strategy: Strategy, device: Device, budget: Budget) -> P
                     warmup=spec.probe.warmup, settings=settings, max_grad_norm=spec.train.max_grad_norm)
 
 
-def unsupported(strategy: Strategy, device: Device) -> str | None:
-    """Why the device cannot run the strategy (the first mechanism that says), or None."""
-    return next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
+def unsupported(strategy: Strategy, device: Device, spec: Spec | None = None) -> str | None:
+    """Why the device cannot run the strategy (the first mechanism that says, then the spec's model), or None."""
+    reason = next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
+    return reason or (SOURCES[spec.source].unsupported(spec.model, strategy, device) if spec else None)
 
 
 def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
-    """One isolated probe, judged against the budget. A mechanism the device cannot run is `unsupported`."""
-    reason = unsupported(strategy, session.device)
+    """One isolated probe, judged against the budget. A strategy the device (or the model on it) cannot run is
+    `unsupported`, with no probe."""
+    reason = unsupported(strategy, session.device, session.spec)
     if reason:
         return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
                            device={"name": session.device.name, "kind": session.device.kind},
@@ -145,7 +147,9 @@ def search_problem(session: Session) -> SearchProblem:
                          speed_rises_with_batch=session.device.kind == "gpu",
                          state=counted_state(MECHANISMS, lambda: count_model(session),
                                              given_for(spec.train.optimizer, spec.settings)),
-                         activations=activation_prior(spec.model, session.device.kind))
+                         activations=activation_prior(spec.model, session.device.kind),
+                         model_unsupported=lambda strategy: SOURCES[spec.source].unsupported(spec.model, strategy,
+                                                                                            session.device))
 
 
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
