@@ -2,21 +2,49 @@
 (what builders share: sources/tensors.py)."""
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import paddle
 
 from vramtune.core.oom import looks_like_oom
+from vramtune.core.strategy import AMP_DTYPES, Strategy, dtype_of, level_of
 from vramtune.core.text import error_line
 from vramtune.sources.base import BuildError, BuiltModel, Source
 
 
-def build_model(source: Source, settings: Any, spec_dir: str, configure: Callable[[Any], None]) -> BuiltModel:
-    """The source's model. Running out of memory while building is a memory result, not bad input: it propagates as
-    it is and the probe is classified `oom`; anything else is a BuildError."""
+def built_dtype(source: Source, strategy: Strategy) -> str | None:
+    """The dtype the model is built in where it is not float32: AMP O2's half type, for a source whose tool builds an
+    O2 model so (decorate keeps what it finds in half; an fp32 build first needs twice the weights' memory, and the
+    allocator keeps the freed fp32 chunks reserved)."""
+    if source.o2_built_in_half and level_of(strategy.precision) == "O2":
+        return AMP_DTYPES[dtype_of(strategy.precision)]
+    return None
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: str | None) -> Iterator[None]:
+    """Paddle's default dtype set to `dtype` meanwhile (what the workflows' dtype_guard does around the build)."""
+    if dtype is None:
+        yield
+        return
+    previous = paddle.get_default_dtype()
+    paddle.set_default_dtype(dtype)
     try:
-        return source.build(settings, spec_dir, configure)
+        yield
+    finally:
+        paddle.set_default_dtype(previous)
+
+
+def build_model(source: Source, settings: Any, spec_dir: str, configure: Callable[[Any], None],
+                dtype: str | None = None) -> BuiltModel:
+    """The source's model (built in `dtype`, where given). Running out of memory while building is a memory result,
+    not bad input: it propagates as it is and the probe is classified `oom`; anything else is a BuildError."""
+    try:
+        with default_dtype(dtype):
+            return source.build(settings, spec_dir, configure)
     except (MemoryError, BuildError):
         raise
     except Exception as error:

@@ -67,7 +67,7 @@ class Run:
 def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel, Any]:
     """The model, built, prepared by every mechanism, then checked with one sample as it trains (BuildError: bad
     input; KernelUnsupported: the strategy cannot run here)."""
-    from vramtune.child.building import build_model, check_one_sample
+    from vramtune.child.building import build_model, built_dtype, check_one_sample
     from vramtune.child.preparing import configure, prepare
     from vramtune.child.training import make_optimizer
     from vramtune.plugins import SOURCES
@@ -77,7 +77,7 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
         importlib.import_module(module)
     phases.done("import")
     built = build_model(source, source.from_json(job.model), job.spec_dir,
-                        lambda config: configure(config, strategy, job.settings))
+                        lambda config: configure(config, strategy, job.settings), built_dtype(source, strategy))
     phases.done("build")
     built.model.train()
     prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters,

@@ -34,6 +34,8 @@ class Source:
     modules: tuple[str, ...] = ()  # what its builder imports (a warm worker imports them once, before forking)
     shapes_per_step: bool = False  # its steps take turns over input shapes (a multi-scale sampler): the estimate's
     # probes measure the spec's steps, every shape, not one
+    o2_built_in_half: bool = False  # its tool builds an AMP O2 model in the half type (Paddle's default dtype set to
+    # it while building), not in fp32 cast by decorate: PaddleFormers' and PaddleNLP's llm workflows
 
     def read(self, model: Section, data: Section) -> Any:
         """The settings from the spec's sections; problems are recorded on the sections."""

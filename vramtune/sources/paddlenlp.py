@@ -114,6 +114,7 @@ class PaddleNLP(Source):
     name = "paddlenlp"
     settings = PaddleNLPModel
     modules = ("paddlenlp.transformers",)
+    o2_built_in_half = True  # a causal LM, as the llm scripts build it (build())
 
     def read(self, model, data):
         config = model.get("config", str)
@@ -196,7 +197,12 @@ class PaddleNLP(Source):
             raise BuildError(f"data.seq_len: {settings.seq_len} exceeds the model's max_position_embeddings ({limit})")
         model_class, task = task_class(config, settings.task)
         configure(config)  # e.g. the recompute granularity and layers, read while the model is built
-        net = model_class(config)
+        # the llm scripts build a causal LM in the run's dtype (finetune_generation.py: AutoConfig and from_config
+        # given bfloat16/float16 under O2, the probe's default dtype then); the Trainer scripts' models in float32
+        dtype = paddle.get_default_dtype() if task == "causal-lm" else "float32"
+        if dtype != "float32":
+            config.dtype = dtype
+        net = model_class.from_config(config, dtype=dtype)
         vocab, seq_len, labels = config.vocab_size, settings.seq_len, settings.num_labels
 
         def make_batch(batch: int) -> dict[str, Any]:

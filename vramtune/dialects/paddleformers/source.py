@@ -70,6 +70,7 @@ class Formers(Source):
     name = "paddleformers"
     settings = FormersModel
     modules = ("paddleformers.cli.hparams", "paddleformers.cli.train.sft.workflow")
+    o2_built_in_half = True  # the SFT and DPO workflows: dtype = bfloat16/float16 when fp16_opt_level is O2
 
     def read(self, model, data):
         folder = model.get("folder", str)
