@@ -42,6 +42,7 @@ class Session:
     backend: Backend
     shapes_checked: bool = False  # a probe of this spec measured: its data fit its model, the next skip the check
     doctor_checked: bool = False  # the checks GPU measurements depend on passed (vramtune/doctor/gate.py)
+    ranks_checked: bool = False  # and those a probe of several ranks depends on
 
 
 def resolve_budget(spec: Spec, device: Device) -> int:
@@ -86,9 +87,10 @@ def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
         return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
                            device={"name": session.device.name, "kind": session.device.kind},
                            paddle_version=session.device.paddle_version)
-    if session.device.kind == "gpu" and not session.doctor_checked:
-        require_doctor(session.device, session.backend, on_wait)
-        session.doctor_checked = True
+    several = strategy.devices > 1
+    if session.device.kind == "gpu" and not (session.doctor_checked and (session.ranks_checked or not several)):
+        require_doctor(session.device, session.backend, on_wait, ranks=several)
+        session.doctor_checked, session.ranks_checked = True, session.ranks_checked or several
     job = job_for(session.spec, strategy, session.device, session.budget)
     job.check_sample = not session.shapes_checked
     with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
