@@ -222,3 +222,149 @@ def test_fp32_with_paddlenlps_flash_attention_on_a_paddle_2_gpu_is_unsupported(w
     assert why is not None and why.startswith("use_flash_attention: PaddleNLP's flash attention runs on Paddle "
                                               "2.6's flash_attn, which has GPU kernels for float16 and bfloat16 only")
     assert unsupported(Strategy(precision="bf16"), card, spec) is None
+
+
+# -- item 5: shared machines: the physical GPU, what it has free, what others hold ------------------------------
+class FakeCuda:
+    """A stand-in for libcuda.so.1's four driver calls: two GPUs, as the driver formats their bus ids."""
+
+    BUSES = (b"0000:3B:00.0", b"0000:AF:00.0")
+
+    def cuInit(self, flags):
+        return 0
+
+    def cuDeviceGetCount(self, count):
+        count._obj.value = len(self.BUSES)
+        return 0
+
+    def cuDeviceGet(self, device, ordinal):
+        device._obj.value = ordinal
+        return 0
+
+    def cuDeviceGetPCIBusId(self, text, size, device):
+        text.value = self.BUSES[device.value]
+        return 0
+
+
+def test_each_gpu_is_known_by_its_pci_bus_id_from_the_cuda_driver():
+    from vramtune.core.gpu import bus_id, pci_bus_ids
+
+    assert pci_bus_ids(lambda name: FakeCuda()) == ["0000:3b:00.0", "0000:af:00.0"]
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+    assert pci_bus_ids(missing) == []
+    assert bus_id("00000000:3B:00.0") == bus_id("0000:3b:00.0") == "0000:3b:00.0"  # nvidia-smi's, CUDA's
+
+
+def test_nvidia_smi_says_what_each_card_holds_and_for_whom():
+    import subprocess
+
+    from vramtune.core.gpu import CardUse, card_use
+
+    answers = {"--query-gpu=pci.bus_id,memory.total,memory.used,memory.free":
+               "00000000:3B:00.0, 81920, 20480, 61440\n00000000:AF:00.0, 81920, 0, 81920\n",
+               "--query-compute-apps=pid,gpu_bus_id": "1234, 00000000:3B:00.0\n5678, 00000000:3B:00.0\n"}
+
+    def smi(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 0, answers[argv[1]], "")
+    assert card_use(smi) == {"0000:3b:00.0": CardUse(80 << 30, 20 << 30, 60 << 30, [1234, 5678]),
+                             "0000:af:00.0": CardUse(80 << 30, 0, 80 << 30, [])}
+
+    def absent(argv, **kwargs):
+        raise FileNotFoundError("nvidia-smi")
+    assert card_use(absent) is None
+
+
+def test_a_gpu_lock_is_the_physical_cards_for_every_user_and_every_visible_numbering(monkeypatch, tmp_path):
+    import tempfile
+
+    from vramtune.core.records import Device
+    from vramtune.probing.store import device_lock_paths
+
+    monkeypatch.delenv("VRAMTUNE_LOCKS")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    first = Device("gpu", 0, "A100", 80 << 30, "3.3.1", count=2, buses=["0000:3b:00.0", "0000:af:00.0"])
+    other_numbering = Device("gpu", 1, "A100", 80 << 30, "3.3.1", count=2, buses=["0000:af:00.0", "0000:3b:00.0"])
+    (lock,) = device_lock_paths(first)
+    assert device_lock_paths(other_numbering) == [lock]
+    assert lock == tmp_path / "vramtune-locks" / "gpu-0000:3b:00.0.lock"  # one folder for every user
+    assert device_lock_paths(first, ranks=2) == [lock, tmp_path / "vramtune-locks" / "gpu-0000:af:00.0.lock"]
+
+
+def test_a_multi_rank_probe_holds_every_ranks_gpu(fake_cli, write_spec, monkeypatch):
+    from conftest import mlp_spec
+    from fakes import gpu
+
+    from vramtune.probing import store
+
+    held = []
+    real = store.file_lock
+
+    def recording(path, on_wait, what):
+        held.append(path.name)
+        return real(path, on_wait, what)
+    monkeypatch.setattr(store, "file_lock", recording)
+    cli, _ = fake_cli(gpu("fake A100 80GB", 80, noise=0.0))
+    spec = write_spec(mlp_spec(device="gpu", budget="auto", **{"train.target_batch": 64}))
+    assert cli("measure", spec, "--micro-batch", "8", "--devices", "2")[0] == 0
+    assert held == ["gpu0.lock", "gpu1.lock"]  # the fake card has no bus ids: its ordinals
+
+
+def test_budget_auto_on_a_gpu_is_what_the_card_has_free_said_in_the_output(fake_cli, write_spec):
+    from conftest import mlp_spec
+    from fakes import GiB, gpu
+
+    card = gpu("fake A100 80GB", 80, noise=0.0, free_bytes=60 * GiB, holders=[1234, 5678])
+    cli, _ = fake_cli(card)
+    spec = write_spec(mlp_spec(device="gpu", budget="auto", **{"train.target_batch": 64}))
+    code, out, err = cli("probe", spec, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["budget_bytes"] == 60 * GiB, err
+    said = ("budget auto: 60.0 GiB, what fake A100 80GB has free now (80.0 GiB card; 20.0 GiB in use, by processes "
+            "1234, 5678)")
+    assert report["notes"][0] == said and "within 60.0 GiB" in err
+    code, _, err = cli("measure", spec, "--micro-batch", "8")
+    assert code == 0 and f"note: {said}" in err
+
+
+def test_an_oom_beside_other_processes_memory_says_so():
+    from vramtune.core.gpu import CardUse
+    from vramtune.probing.runner import beside_others
+
+    GiB = 1 << 30
+    oom = {"status": "oom", "error": "MemoryError: Out of memory error on GPU 0.", "reserved_at_oom": 10 * GiB}
+    crowded = CardUse(40 * GiB, 30 * GiB, 10 * GiB, [4242])
+    said = beside_others(oom, crowded, 20 * GiB)
+    assert said["error"] == ("MemoryError: Out of memory error on GPU 0.; with 10.0 GiB reserved of the 20.0 GiB "
+                             "budget: other processes held 30.0 GiB of the 40.0 GiB card when the probe started "
+                             "(pids 4242), so the budget was not all free")
+    assert beside_others(oom, CardUse(40 * GiB, 1 * GiB, 39 * GiB), 20 * GiB) == oom  # room for the budget
+    assert beside_others(oom, None, 20 * GiB) == oom  # nvidia-smi could not say
+    fits = {"status": "measured", "peak_bytes": 1}
+    assert beside_others(fits, crowded, 20 * GiB) == fits
+
+
+def test_saved_results_answer_for_another_auto_budget_only_where_they_still_hold(fake_cli, write_spec):
+    """Budget auto follows what the card has free, run to run: a saved out-of-memory holds for budgets no larger
+    than its own, a measured probe is judged again against the new budget."""
+    from conftest import mlp_spec
+    from fakes import MiB, gpu
+
+    card = gpu("fake 64MiB", 1 / 16, noise=0.0, free_bytes=40 * MiB)
+    cli, _ = fake_cli(card)
+    spec = write_spec(mlp_spec(device="gpu", budget="auto", **{"train.target_batch": 64}))
+    code, out, err = cli("probe", spec, "--json")
+    first = json.loads(out)
+    ooms = {json.dumps({k: p[k] for k in ("precision", "micro_batch", "accumulation", "recomputed_blocks")})
+            for p in first["probes"] if p["status"] == "oom"}
+    assert code == 0 and ooms, err
+    card.free_bytes = 64 * MiB  # more free now: what ran out at 40 MiB may fit
+    calls = len(card.calls)
+    code, out, err = cli("probe", spec, "--json")
+    second = json.loads(out)
+    assert code == 0 and second["budget_bytes"] == 64 * MiB, err
+    again = {json.dumps({k: getattr(s, k) for k in ("precision", "micro_batch", "accumulation", "recomputed_blocks")})
+             for s in card.calls[calls:]}
+    assert ooms <= again  # each probed again
+    assert all(p["budget_bytes"] == 64 * MiB for p in second["probes"] if p["reused"] and p["status"] != "oom")

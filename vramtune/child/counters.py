@@ -56,6 +56,10 @@ class MemoryCounters:
         else:
             core.host_memory_stat_reset_peak_value("Allocated", self.index)
 
+    def reserved_now(self) -> int | None:
+        """What the GPU's allocator holds right now (None on CPU): at an out-of-memory, how far the probe got."""
+        return int(_cuda.memory_reserved(self.index)) if self.kind == "gpu" else None
+
     def peak(self) -> tuple[int, int | None]:
         """(peak allocated bytes, peak reserved bytes or None on CPU) since start(), or since process start."""
         if self.kind == "gpu":

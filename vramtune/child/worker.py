@@ -174,7 +174,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
         phases.done("after")
     except Exception as error:
         if is_oom(error):
-            return {**facts, "status": "oom", "error": short_error(error)}
+            return {**facts, "status": "oom", "error": short_error(error), "reserved_at_oom": counters.reserved_now()}
         reason = kernel_unsupported(error) or (None if losses else next(
             (why for m in MECHANISMS if (why := m.failed_first_step(strategy, short_error(error)))), None))
         return {**facts, "status": "unsupported" if reason else "crashed", "error": reason or short_error(error)}

@@ -37,6 +37,9 @@ class Device:
     paddle_version: str
     amp_unsupported: dict[str, str] = field(default_factory=dict)  # precision -> why it cannot run here
     count: int = 1  # devices of this kind on the machine (GPUs; CPU cores for CPU ranks)
+    buses: list[str] = field(default_factory=list)  # each GPU's PCI bus id by ordinal (its lock's name), where known
+    free_bytes: int | None = None  # a GPU's free memory when it was described (budget auto), where Paddle says
+    holders: list[int] = field(default_factory=list)  # the processes nvidia-smi saw computing on it then
 
     @property
     def paddle_device(self) -> str:
