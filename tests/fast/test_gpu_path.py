@@ -164,19 +164,12 @@ FLASHMASK_FP32 = ("flashmask attention has GPU kernels for float16 and bfloat16 
 
 def formers_config(tmp_path, *edits: tuple[str, str], name: str = "sft.yaml"):
     """The demo PaddleFormers config with the attention left at PaddleFormers' default (flashmask) and bf16 (its
-    default compute_type), for a GPU; the data absent (no Paddle reads it here)."""
-    from conftest import CONFIGS, SPECS
+    default compute_type), for a GPU."""
+    from conftest import formers_demo
 
-    text = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text().replace("./tests/specs/formers/llama",
-                                                                        str(SPECS / "formers" / "llama"))
-    for old, new in (("_attn_implementation: eager  # flashmask (the default) has no CPU kernel\n", ""),
-                     ("compute_type: float32  # bf16 is the default; CPUs train in float32\n", ""),
-                     ("device: cpu\n", ""), *edits):
-        assert old in text
-        text = text.replace(old, new)
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+    return formers_demo(tmp_path, ("_attn_implementation: eager  # flashmask (the default) has no CPU kernel\n", ""),
+                        ("compute_type: float32  # bf16 is the default; CPUs train in float32\n", ""),
+                        ("device: cpu\n", ""), *edits, name=name)
 
 
 def test_fp32_with_flashmask_on_a_gpu_is_unsupported_before_any_probe(fake_cli, tmp_path, monkeypatch):
