@@ -243,37 +243,39 @@ def main() -> int:
     index = int(parser.parse_args().device.partition(":")[2] or 0)
     device = f"gpu:{index}"
     began = time.monotonic()
-    os.environ["VRAMTUNE_CACHE"] = tempfile.mkdtemp(prefix="vramtune-first-run-")  # nothing saved is reused
     count, paddle = gpu_count()
-    if count <= index:
-        check_doctor("cpu")
-        why = f"no {device} here ({paddle}, {count} GPU(s))"
-        for name, what in (("flashmask", "flash attention has no CPU kernel; the fp32 refusal is tested over a fake "
-                                         "GPU (tests/fast/test_gpu_path.py)"),
-                           ("ranks", "NCCL ranks and nvidia-smi need GPUs; 2 CPU ranks run in tests/paddle"),
-                           ("o2-build", "AMP O2 is a no-op on a CPU; the half build is tested on CPU "
-                                        "(tests/formers/test_o2_build.py)"),
-                           ("oom-time", "FLAGS_gpu_memory_limit_mb and the RetryAllocator are the GPU allocator's"),
-                           ("shared", "budget auto means a GPU's free memory")):
-            report("SKIP", name, f"{why}: {what}")
-    else:
-        doctor = check_doctor(device)
-        found = (doctor or {}).get("device") or {}
-        buses, total = found.get("buses") or [], found.get("total_bytes") or 0
-        with tempfile.TemporaryDirectory(prefix="vramtune-first-run-") as scratch:
-            folder = Path(scratch)
+    with tempfile.TemporaryDirectory(prefix="vramtune-first-run-") as scratch:
+        folder = Path(scratch)
+        os.environ["VRAMTUNE_CACHE"] = str(folder / "cache")  # nothing saved before is reused, the gate runs
+        if count <= index:
+            check_doctor("cpu")
+            skip_gpu_checks(f"no {device} here ({paddle}, {count} GPU(s))")
+        else:
+            doctor = check_doctor(device)
+            found = (doctor or {}).get("device") or {}
             check_flashmask(formers_config(folder, ROOT / "tests" / "specs" / "formers" / "llama"), device)
             if count > index + 1:
-                check_ranks(device, buses, index)
+                check_ranks(device, found.get("buses") or [], index)
             else:
                 report("SKIP", "ranks", f"needs a second GPU after {device} ({count} here)")
             model, params = wide_llama(folder)
             wide = formers_config(folder, model)
             check_oom_time(wide, device, check_o2(wide, device, params))
-            check_shared(device, index, total)
+            check_shared(device, index, found.get("total_bytes") or 0)
     print(f"{'FAIL' if failures else 'PASS'} first-gpu-run: {len(failures)} failed "
           f"({', '.join(failures) or 'none'}) in {time.monotonic() - began:.0f}s", flush=True)
     return 1 if failures else 0
+
+
+def skip_gpu_checks(why: str) -> None:
+    for name, what in (("flashmask", "flash attention has no CPU kernel; the fp32 refusal is tested over a fake GPU "
+                                     "(tests/fast/test_gpu_path.py)"),
+                       ("ranks", "NCCL ranks and nvidia-smi need GPUs; 2 CPU ranks run in tests/paddle"),
+                       ("o2-build", "AMP O2 is a no-op on a CPU; the half build is tested on CPU "
+                                    "(tests/formers/test_o2_build.py)"),
+                       ("oom-time", "FLAGS_gpu_memory_limit_mb and the RetryAllocator are the GPU allocator's"),
+                       ("shared", "budget auto means a GPU's free memory")):
+        report("SKIP", name, f"{why}: {what}")
 
 
 if __name__ == "__main__":
