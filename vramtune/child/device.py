@@ -9,6 +9,7 @@ import platform
 
 import paddle
 
+from vramtune.core.gpu import pci_bus_ids
 from vramtune.core.records import Device
 from vramtune.plugins import MECHANISMS
 
@@ -50,4 +51,16 @@ def describe(device: str) -> Device:
     index = int(device.split(":")[1]) if ":" in device else 0
     properties = paddle.device.cuda.get_device_properties(index)
     return Device("gpu", index, properties.name, int(properties.total_memory), version, _limits("gpu", index),
-                  paddle.device.cuda.device_count())
+                  paddle.device.cuda.device_count(), pci_bus_ids(), _free_bytes(index))
+
+
+def _free_bytes(index: int) -> int | None:
+    """What GPU `index` has free now for a process of its own (its CUDA context excluded, as a probe's is):
+    cudaMemGetInfo through Paddle's gpu_memory_available, which reads the current device (GPU builds only)."""
+    from paddle.base import core
+
+    if not hasattr(core, "gpu_memory_available"):
+        return None
+    paddle.set_device(f"gpu:{index}")
+    paddle.zeros([1])  # the device current, its context made
+    return int(core.gpu_memory_available())

@@ -49,12 +49,16 @@ class Record:
         if least is not None:
             return self.over_by_prior(strategy, least)
         placed = prediction.activation_prior(strategy)
+        cannot = self.problem.model_unsupported(strategy) if self.problem.model_unsupported else None
+        if cannot:  # measured all the same: the session says unsupported without a probe
+            self.note(f"{self.roles.outer_label(strategy)} skipped: {cannot}")
         self.progress(rung, strategy, None)
         result = self.measure(strategy)
         result.rung = result.rung or rung
         self.results[strategy] = result
         self.progress(rung, strategy, result)
-        if placed is not None and placed <= self.problem.limit and not result.fits and not result.used_bytes:
+        if placed is not None and placed <= self.problem.limit and not result.fits and not result.used_bytes \
+                and result.status != "unsupported":
             prediction.prior_missed = True
             self.note(f"the activations predicted from the model's config.json were too few: {strategy.label()}, "
                       "predicted to fit, failed without figures; the search went on without them")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.core.reading import positive
+from vramtune.core.strategy import dtype_of
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.codec import FORMERS_KEYS, formers_on_cpu
 from vramtune.sources.base import BuildError, BuiltModel, Source
@@ -53,10 +54,20 @@ def cpu_equivalents(arguments: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
+# PaddleFormers' attention implementations that call Paddle's flash kernels (nn/attention/flashmask_attention.py:
+# flashmask_attention, or flash_attn where no mask is given): Paddle registers both on a GPU for float16 and bfloat16
+# only (flash_attn_kernel.cu), and neither PaddleFormers nor Paddle falls back for float32 ("sdpa" does, on Paddle 3)
+FLASH_ATTENTION = ("flashmask",)
+FP32_FLASH = ("flashmask attention has GPU kernels for float16 and bfloat16 only (Paddle registers flash_attn and "
+              "flashmask_attention for those): fp32 cannot run it; to measure fp32, set _attn_implementation: sdpa "
+              "(or eager)")
+
+
 class Formers(Source):
     name = "paddleformers"
     settings = FormersModel
     modules = ("paddleformers.cli.hparams", "paddleformers.cli.train.sft.workflow")
+    o2_built_in_half = True  # the SFT and DPO workflows: dtype = bfloat16/float16 when fp16_opt_level is O2
 
     def read(self, model, data):
         folder = model.get("folder", str)
@@ -85,6 +96,13 @@ class Formers(Source):
                     f"{key}: {settings.arguments.get(key, '(default)')!r} -> {value!r}"
                     for key, value in changed.items()) + "; fused kernels off; the file keeps its own settings")
         return notes
+
+    def unsupported(self, settings: FormersModel, strategy, device) -> str | None:
+        """fp32 with flash attention on a GPU (a CPU probe runs the eager equivalent)."""
+        attention = settings.arguments.get("_attn_implementation", "flashmask")
+        if device.kind == "gpu" and dtype_of(strategy.precision) == "fp32" and attention in FLASH_ATTENTION:
+            return FP32_FLASH
+        return None
 
     def identity(self, settings: FormersModel, spec_dir: str) -> dict[str, Any]:
         from importlib import metadata

@@ -27,9 +27,13 @@ class DataParallel(Mechanism):
         return {"devices": settings}
 
     def unsupported(self, strategy, device) -> str | None:
-        if device.kind == "gpu" and strategy.devices > device.count:
+        if device.kind != "gpu" or device.index + strategy.devices <= device.count:
+            return None
+        if device.index == 0:
             return f"{strategy.devices} ranks need {strategy.devices} GPUs; this machine has {device.count}"
-        return None
+        last = device.index + strategy.devices - 1  # past the GPU count Paddle exits (place.cc), no Python error
+        return (f"{strategy.devices} ranks from gpu:{device.index} need GPUs {device.index} to {last}; this machine "
+                f"has {device.count} (0 to {device.count - 1})")
 
     def memory_term(self, strategy) -> float:
         # paddle.DataParallel's fused gradient buffers; fleet's sharding optimizer goes without them
@@ -52,11 +56,11 @@ class DataParallel(Mechanism):
         rendezvous and nothing inherited that would reconfigure the launcher; each rank writes OUT.rankN."""
         if strategy.devices == 1:
             return None
-        from vramtune.probing.ranks import launcher_env
+        from vramtune.probing.ranks import launch_devices, launcher_env
 
         argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.devices),
-                "--log_dir", "log", "--job_id", "vramtune", "--log_overwrite", "true", "--max_restart", "0",
-                "--host", "127.0.0.1", str(WORKER), *arguments]
+                *launch_devices(device, strategy.devices, env), "--log_dir", "log", "--job_id", "vramtune",
+                "--log_overwrite", "true", "--max_restart", "0", "--host", "127.0.0.1", str(WORKER), *arguments]
         return Launch(argv, launcher_env(env, strategy.devices, device.kind), strategy.devices)
 
 MECHANISM = DataParallel()
