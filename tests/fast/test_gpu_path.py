@@ -93,15 +93,15 @@ def test_a_child_aborted_by_an_uncaught_bad_alloc_is_oom_not_crashed():
 def test_the_launcher_is_given_the_ranks_gpus_by_the_labels_it_selects_by():
     from vramtune.core.records import Device
     from vramtune.core.strategy import Strategy
-    from vramtune.mechanisms.data_parallel import DataParallel
+    from vramtune.probing.ranks import launcher
 
     card = Device("gpu", 1, "fake A100 80GB", 80 << 30, "3.3.1", count=4)
-    launch = DataParallel().launcher(Strategy(devices=2), card, ["probe"], {})
+    launch = launcher(Strategy(devices=2), card, ["probe"], {})
     assert launch.argv[launch.argv.index("--devices") + 1] == "1,2"
-    visible = DataParallel().launcher(Strategy(devices=2), card, ["probe"], {"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    visible = launcher(Strategy(devices=2), card, ["probe"], {"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
     assert visible.argv[visible.argv.index("--devices") + 1] == "5,6"  # launch/context/device.py: labels.index
     cpu = Device("cpu", 0, "fake cpu", 64 << 30, "3.3.1", count=8)
-    assert "--devices" not in DataParallel().launcher(Strategy(devices=2), cpu, ["probe"], {}).argv
+    assert "--devices" not in launcher(Strategy(devices=2), cpu, ["probe"], {}).argv
 
 
 def test_ranks_past_the_last_gpu_are_unsupported_before_any_probe():

@@ -12,6 +12,7 @@ import paddle
 from vramtune.core.oom import looks_like_oom
 from vramtune.core.strategy import AMP_DTYPES, Strategy, dtype_of, level_of
 from vramtune.core.text import error_line
+from vramtune.mechanisms.base import Unsupported
 from vramtune.sources.base import BuildError, BuiltModel, Source
 
 
@@ -53,7 +54,7 @@ def build_model(source: Source, settings: Any, spec_dir: str, configure: Callabl
         raise BuildError(f"model: building it failed: {type(error).__name__}: {error_line(str(error))}") from error
 
 
-class KernelUnsupported(Exception):
+class KernelUnsupported(Unsupported):
     """Paddle has no kernel for what the model runs, on this device in this dtype: the strategy is unsupported here."""
 
 
@@ -74,13 +75,14 @@ def kernel_unsupported(error: BaseException) -> str | None:
 
 def check_one_sample(built: BuiltModel, prepared: Any) -> None:
     """Push one sample through the network that trains, as a training step runs it (every mechanism has prepared
-    it; inside their forward context: AMP's auto_cast), so that shape errors surface as BuildError. Out of memory
-    propagates; a kernel Paddle lacks for the device and dtype is KernelUnsupported."""
+    it; inside their forward context: AMP's auto_cast), so that shape errors surface as BuildError. Out of memory and
+    what a mechanism cannot run (Unsupported) propagate; a kernel Paddle lacks for the device and dtype is
+    KernelUnsupported."""
     try:
         with paddle.no_grad(), prepared.runner.forward_context():
             built.loss(prepared.network, built.make_batch(1))
     except Exception as error:
-        if isinstance(error, MemoryError) or looks_like_oom(str(error)):
+        if isinstance(error, (MemoryError, Unsupported)) or looks_like_oom(str(error)):
             raise
         why = kernel_unsupported(error)
         if why:

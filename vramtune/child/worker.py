@@ -126,9 +126,10 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     import paddle
 
     from vramtune.child import rank as ranks
-    from vramtune.child.building import KernelUnsupported, kernel_unsupported
+    from vramtune.child.building import kernel_unsupported
     from vramtune.child.counters import MemoryCounters
     from vramtune.child.training import state_counts
+    from vramtune.mechanisms.base import Unsupported
     from vramtune.plugins import MECHANISMS
 
     job = ProbeJob.from_json(job_data)
@@ -138,7 +139,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     paddle.seed(job.seed)  # every rank builds the same weights
     try:
         built, prepared = build(job, strategy, phases)
-    except KernelUnsupported as error:
+    except Unsupported as error:
         return {"status": "unsupported", "error": str(error), "phases": phases.seconds}
     except BuildError as error:
         return {"status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build",
@@ -175,8 +176,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     except Exception as error:
         if is_oom(error):
             return {**facts, "status": "oom", "error": short_error(error), "reserved_at_oom": counters.reserved_now()}
-        reason = kernel_unsupported(error) or (None if losses else next(
-            (why for m in MECHANISMS if (why := m.failed_first_step(strategy, short_error(error)))), None))
+        reason = str(error) if isinstance(error, Unsupported) else kernel_unsupported(error)
         return {**facts, "status": "unsupported" if reason else "crashed", "error": reason or short_error(error)}
     measured = {**facts, "status": "measured", "peak_bytes": peak, "reserved_bytes": reserved,
                 "step_seconds": seconds, "samples_per_sec": strategy.batch / seconds,

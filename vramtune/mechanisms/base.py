@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from vramtune.core.strategy import Facts, Field
 
@@ -36,12 +36,9 @@ class Option:
 
 
 
-class Launch(NamedTuple):
-    """A probe run under a launcher: its command, its environment, and how many ranks write a result."""
-
-    argv: list[str]
-    env: dict[str, str]
-    ranks: int  # each rank writes its own result (OUT.rankN)
+class Unsupported(Exception):
+    """Raised by a runtime hook (or by what it wraps) where the strategy cannot run this model here: the probe is
+    `unsupported`, with the message as its reason (a model to_static cannot convert)."""
 
 
 class Declaration:
@@ -55,10 +52,6 @@ class Declaration:
     def read(self, spec: Sections) -> Any:
         """Its settings from the spec's sections (problems recorded on them); None when it has none."""
         return None
-
-    def fixed(self, settings: Any) -> dict[str, Any]:
-        """Strategy fields the user fixes for the whole run rather than the search exploring (e.g. devices)."""
-        return {}
 
     def child_settings(self, settings: Any, budget: Budget) -> Any:
         """What the child needs of its settings (JSON), or None. The budget is given for a mechanism that picks
@@ -91,11 +84,6 @@ class MemoryEffect:
     def largest_coefficient(self, per_sample: float, facts: Facts) -> float | None:
         """The most its memory coefficient can be, from the activation bytes per sample measured without it and
         its facts (a prior that places its first probe; None: no bound)."""
-        return None
-
-    def activation_scale(self, strategy: Strategy) -> float | None:
-        """Its activation bytes over those with it off, where it changes them by a stated factor (AMP's half
-        activations): a prior for a memory group not yet measured, from another's measured activations."""
         return None
 
     def counted_state(self, state: dict[str, int], strategy: Strategy, counts: Counts, given: Given
@@ -185,11 +173,6 @@ class Runtime:
     """A mechanism in the probe child and in `vramtune.runtime` (import Paddle inside): applied in registry order by
     child/preparing.py and child/training.py."""
 
-    def device_limits(self, kind: str, index: int) -> dict[str, str]:
-        """When the child describes the device (kind cpu or gpu, the GPU's index): its values this device
-        cannot run, and why (AMP on a CPU); they become `Device.amp_unsupported`."""
-        return {}
-
     def configure_model(self, config: Any, strategy: Strategy, settings: Any) -> None:
         """Before the model is built: set what a model reads from its configuration at construction (PaddleNLP's
         recompute granularity and layers). Only sources with such a configuration call it."""
@@ -211,11 +194,6 @@ class Runtime:
         """The loss scaler as this mechanism needs it: made (fp16) or wrapped (sharding agrees across ranks)."""
         return scaler
 
-    def failed_first_step(self, strategy: Strategy, error: str) -> str | None:
-        """Why a failure in the very first training step means this mechanism cannot run the model (the probe
-        is then `unsupported`, e.g. a model to_static cannot convert), or None."""
-        return None
-
     def until_rebuild(self, model: Any, strategy: Strategy, settings: Any) -> Callable[[], bool] | None:
         """For a probe that measures memory only until a block is first rebuilt in backward (the estimate's, where
         the logits set the peak before that): make that moment end the step (by an exception out of backward);
@@ -225,12 +203,6 @@ class Runtime:
     def after_measure(self, run: Any, settings: Any) -> Facts:
         """After the measured training steps: a phase of its own (evaluation), measured; returns facts."""
         return {}
-
-    def launcher(self, strategy: Strategy, device: Device, arguments: list[str], env: dict[str, str]
-                 ) -> Launch | None:
-        """The probe run under a launcher (several ranks): the command for the worker's arguments, its
-        environment, and how many ranks write a result; None to run the worker as it is."""
-        return None
 
 
 class Mechanism(Declaration, MemoryEffect, SearchRole, Runtime):

@@ -1,21 +1,44 @@
-"""Parent side of multi-rank probes under `paddle.distributed.launch`: the launcher's environment (free ports,
-nothing inherited that would reconfigure it), and one result from every rank's."""
+"""Parent side of multi-rank probes under `paddle.distributed.launch`: the launcher's command for a strategy's ranks,
+its environment (free ports, nothing inherited that would reconfigure it), and one result from every rank's."""
 from __future__ import annotations
 
 import contextlib
 import json
 import random
 import socket
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from vramtune.core.oom import looks_like_oom
 from vramtune.core.records import Device
+from vramtune.core.strategy import Strategy
 from vramtune.core.text import error_line, error_lines
 
 INHERITED_PREFIXES = ("PADDLE_", "MASTER_", "POD_", "FLAGS_START_PORT")  # would override the launcher's options
 NO_SUCH_GPU = "Invalid CUDAPlace("  # what Paddle logs before it exits for a GPU ordinal past the count (place.cc)
 LOW_PORTS = (20000, 32000)  # below the kernel's ephemeral range, where the launcher's own default lands
+WORKER = Path(__file__).resolve().parents[1] / "child" / "worker.py"
+
+
+class Launch(NamedTuple):
+    """A probe run under a launcher: its command, its environment, and how many ranks write a result."""
+
+    argv: list[str]
+    env: dict[str, str]
+    ranks: int  # each rank writes its own result (OUT.rankN)
+
+
+def launcher(strategy: Strategy, device: Device, arguments: list[str], env: dict[str, str]) -> Launch | None:
+    """Several ranks: the worker under paddle.distributed.launch, with a free block of ports for the rendezvous and
+    nothing inherited that would reconfigure the launcher; each rank writes OUT.rankN. None: one rank, the worker as
+    it is."""
+    if strategy.devices == 1:
+        return None
+    argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.devices),
+            *launch_devices(device, strategy.devices, env), "--log_dir", "log", "--job_id", "vramtune",
+            "--log_overwrite", "true", "--max_restart", "0", "--host", "127.0.0.1", str(WORKER), *arguments]
+    return Launch(argv, launcher_env(env, strategy.devices, device.kind), strategy.devices)
 
 
 def _free(port: int) -> bool:

@@ -25,11 +25,10 @@ from vramtune.core.records import STATUSES, Budget, Device, ProbeJob, ProbeResul
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import error_line
 from vramtune.core.units import format_bytes
-from vramtune.mechanisms.base import Launch
-from vramtune.plugins import MECHANISMS, SOURCES
+from vramtune.plugins import SOURCES
 from vramtune.probing import forking, interrupts
 from vramtune.probing.forking import ForkServer, ForkServerError, die_with_parent, worker_env
-from vramtune.probing.ranks import marked, merge, rank_logs, read_rank_results
+from vramtune.probing.ranks import Launch, launcher, marked, merge, rank_logs, read_rank_results
 
 INFO_TIMEOUT = 120.0
 
@@ -262,14 +261,13 @@ class ChildBackend:
         """One probe; on a GPU the child's allocator is capped at the budget, so over-budget configs OOM there."""
         device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
 
-        def launcher(arguments: list[str], env: dict[str, str]) -> Launch | None:
-            return next((launch for m in MECHANISMS if (launch := m.launcher(strategy, device, arguments, env))),
-                        None)
+        def ranks(arguments: list[str], env: dict[str, str]) -> Launch | None:
+            return launcher(strategy, device, arguments, env)
 
         fork = (self.fork_server, SOURCES[job.source].modules) if device.kind == "cpu" and self.forking else None
         card = on_card(device, card_use()) if device.kind == "gpu" else None  # no probe runs: the lock is held
         outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json(),
-                                      launcher, fork)
+                                      ranks, fork)
         return result_from(job, beside_others(classify(outcome, payload, timeout), card, budget.bytes),
                            outcome.seconds)
 

@@ -133,8 +133,7 @@ def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
         message = field.check(value) if value is not None else None
         if message:
             problems.append(Problem(spec.path, field.flag, message))
-    fixed = {k: v for m in MECHANISMS for k, v in m.fixed(spec.settings.get(m.name)).items()}
-    values = {**fixed, **{k: v for k, v in values.items() if v is not None}}
+    values = {"devices": spec.devices, **{k: v for k, v in values.items() if v is not None}}
     micro, devices = values.get("micro_batch") or 0, values.get("devices", 1)
     per_rank = spec.train.target_batch // devices
     if values.get("accumulation") is None:

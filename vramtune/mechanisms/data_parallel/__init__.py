@@ -1,16 +1,11 @@
 """Data parallel: `devices` ranks on this node share the batch (target = micro-batch x accumulation x ranks).
-Probes with several ranks run under `python -m paddle.distributed.launch` (gloo on CPU, NCCL on GPU); each rank
-writes its own result and `ranks.merge` makes one of them (the largest rank's peak must fit)."""
+Probes with several ranks run under `python -m paddle.distributed.launch` (gloo on CPU, NCCL on GPU: probing/ranks.py);
+each rank writes its own result and `ranks.merge` makes one of them (the largest rank's peak must fit)."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
-from vramtune.mechanisms.base import Launch, Mechanism, Option
-
-WORKER = Path(__file__).resolve().parents[2] / "child" / "worker.py"
+from vramtune.mechanisms.base import Mechanism, Option
 
 
 class DataParallel(Mechanism):
@@ -22,9 +17,6 @@ class DataParallel(Mechanism):
 
     def read(self, spec) -> int:
         return spec.root.get("devices", int, 1, check=positive(1024)) or 1
-
-    def fixed(self, settings: int) -> dict:
-        return {"devices": settings}
 
     def unsupported(self, strategy, device) -> str | None:
         if device.kind != "gpu" or device.index + strategy.devices <= device.count:
@@ -51,16 +43,5 @@ class DataParallel(Mechanism):
 
         return distributed.data_parallel(model, optimizer, strategy)
 
-    def launcher(self, strategy, device, arguments, env) -> Launch | None:
-        """Several ranks: the worker under paddle.distributed.launch, with a free block of ports for the
-        rendezvous and nothing inherited that would reconfigure the launcher; each rank writes OUT.rankN."""
-        if strategy.devices == 1:
-            return None
-        from vramtune.probing.ranks import launch_devices, launcher_env
-
-        argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.devices),
-                *launch_devices(device, strategy.devices, env), "--log_dir", "log", "--job_id", "vramtune",
-                "--log_overwrite", "true", "--max_restart", "0", "--host", "127.0.0.1", str(WORKER), *arguments]
-        return Launch(argv, launcher_env(env, strategy.devices, device.kind), strategy.devices)
 
 MECHANISM = DataParallel()
