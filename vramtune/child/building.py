@@ -9,11 +9,12 @@ from typing import Any, Callable
 
 import paddle
 
+from vramtune.core.errors import BuildError
 from vramtune.core.oom import looks_like_oom
 from vramtune.core.strategy import AMP_DTYPES, Strategy, dtype_of, level_of
 from vramtune.core.text import error_line
 from vramtune.mechanisms.base import Unsupported
-from vramtune.sources.base import BuildError, BuiltModel, Source
+from vramtune.sources.base import BuiltModel, Source
 
 
 def built_dtype(source: Source, strategy: Strategy) -> str | None:

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+from vramtune.core.errors import BuildError
 from vramtune.core.files import write_atomic
 from vramtune.core.oom import is_oom
 from vramtune.core.records import Device, ProbeJob
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import short_error
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.sources.base import BuiltModel
 
 MAX_EXTRA_WARMUP = 8  # warmup steps added while the optimizer state does not exist yet
 STARTED = time.monotonic()  # when this process started (a forked probe: when it was forked)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 from vramtune.core.strategy import Facts, Field
+from vramtune.memory.line import Term
 
 if TYPE_CHECKING:
     from vramtune.core.reading import Sections
@@ -64,8 +65,7 @@ class MemoryEffect:
     one (memory/state.py): its term in the fitted line and its memory group, what it saves by counted sizes, the
     state a rank counts under it, its activations' factor and the layers it re-runs."""
 
-    nonnegative_term = True  # the fitted memory coefficient cannot be negative
-    soft_term = False  # taken as 0 while too few probes pin the base line down
+    term: ClassVar[Term | None] = None  # its term in the fitted line (memory_term), and how it is fitted; None: none
     shares_memory_group = False  # its values within one memory group take the same bytes (fp16 and bf16)
 
     def memory_term(self, strategy: Strategy) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vramtune import __version__
-from vramtune.core.files import write_atomic
+from vramtune.core.files import cache_root, write_atomic
 from vramtune.core.records import Device, ProbeResult
 from vramtune.core.report import Report
 from vramtune.core.strategy import Strategy
@@ -30,10 +30,6 @@ FORMAT = 2
 
 class StoreError(Exception):
     """Results cannot be written (disk full, read-only folder, ...)."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("VRAMTUNE_CACHE", ".vramtune"))
 
 
 def spec_key(raw_spec: dict[str, Any], device: Device, identity: dict[str, Any]) -> str:

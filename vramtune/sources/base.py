@@ -12,10 +12,6 @@ if TYPE_CHECKING:
     from vramtune.core.strategy import Strategy
 
 
-class BuildError(Exception):
-    """The spec's model cannot be built or does not accept the spec's data: a user error, not a probe result."""
-
-
 @dataclass
 class BuiltModel:
     model: Any  # paddle.nn.Layer
@@ -49,6 +45,11 @@ class Source:
     def unsupported(self, settings: Any, strategy: Strategy, device: Device) -> str | None:
         """Why the model cannot train under the strategy on the device (Paddle has no kernel for what its layers run
         there: flash attention in fp32 on a GPU), or None. Said before any probe, as a mechanism's reasons are."""
+        return None
+
+    def model_shape(self, settings: Any) -> tuple[str, int, str] | None:
+        """(the model folder holding its config.json, the sequence length a probe measures, the attention the run
+        asks for), for the search's activation prior (memory/prior.py); None: the model has no such folder."""
         return None
 
     def notes(self, settings: Any, device_kind: str) -> list[str]:

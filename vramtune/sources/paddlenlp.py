@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.errors import BuildError
 from vramtune.core.reading import positive
 from vramtune.core.strategy import dtype_of
 from vramtune.core.text import did_you_mean
-from vramtune.sources.base import BuildError, BuiltModel, Source
+from vramtune.sources.base import BuiltModel, Source
 
 TASKS = {"causal-lm": "ForCausalLM", "sequence-classification": "ForSequenceClassification",
          "token-classification": "ForTokenClassification", "question-answering": "ForQuestionAnswering"}

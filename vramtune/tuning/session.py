@@ -20,7 +20,7 @@ from vramtune.dialects.roundtrip import RoundTripError
 from vramtune.doctor.gate import DoctorFailed, require_doctor
 from vramtune.export import ExportError
 from vramtune.memory.counted import counted_state, given_for
-from vramtune.memory.prior import activation_prior
+from vramtune.memory.prior import model_prior
 from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing import interrupts
 from vramtune.probing.runner import Backend, DeviceError
@@ -161,12 +161,13 @@ def search_problem(session: Session) -> SearchProblem:
     settings, the state counted before the first probe (counted once, when the search first asks) and the
     activations per sample predicted from the model's config.json where its source names one."""
     spec = session.spec
+    shape = SOURCES[spec.source].model_shape(spec.model)
     return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
                          budget=session.budget, device=session.device, mechanisms=MECHANISMS, settings=spec.settings,
                          speed_rises_with_batch=session.device.kind == "gpu",
                          state=counted_state(MECHANISMS, lambda: count_model(session),
                                              given_for(spec.train.optimizer, spec.settings)),
-                         activations=activation_prior(spec.model, session.device.kind),
+                         activations=model_prior(*shape, session.device.kind) if shape else None,
                          model_unsupported=lambda strategy: SOURCES[spec.source].unsupported(spec.model, strategy,
                                                                                             session.device))
 

@@ -9,22 +9,12 @@ from typing import Any, Callable
 import numpy as np
 import paddle
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.paddleformers import keys
-from vramtune.dialects.paddleformers.source import FormersModel, architecture_error, probe_arguments
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.dialects.paddleformers.model import FormersModel, architecture_error, parse, probe_arguments
+from vramtune.sources.base import BuiltModel
 
 FIRST_TOKEN = 4  # ids below are special tokens in the tiny tokenizers and most vocabularies
-
-
-def parse(arguments: dict[str, Any]) -> tuple[Any, ...]:
-    """PaddleFormers' own parsing and checks (model, data, preprocess, generating, finetuning arguments)."""
-    from paddleformers.cli.hparams import get_train_args
-
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            return get_train_args(dict(arguments))
-    except (ValueError, TypeError, AssertionError) as error:
-        raise BuildError(f"PaddleFormers rejects the arguments: {type(error).__name__}: {error}") from error
 
 
 def model_config(model_args: Any, data_args: Any, training_args: Any, device_kind: str) -> Any:

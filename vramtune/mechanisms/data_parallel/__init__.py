@@ -6,6 +6,7 @@ from __future__ import annotations
 from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, Option
+from vramtune.memory.line import Term
 
 
 class DataParallel(Mechanism):
@@ -13,7 +14,7 @@ class DataParallel(Mechanism):
     fields = (FIELDS["devices"],)
     options = (Option("devices", "--devices", int, None, "data-parallel ranks on this node (overrides the spec)",
                       lambda value: {"devices": value}),)
-    soft_term = True
+    term = Term(soft=True)
 
     def read(self, spec) -> int:
         return spec.root.get("devices", int, 1, check=positive(1024)) or 1

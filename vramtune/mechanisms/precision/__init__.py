@@ -42,7 +42,7 @@ class Precision(Mechanism):
     options = (Option("precision", "--precision", str, None, "AMP modes allowed (fp16, bf16, fp16-o2, bf16-o2; fp32 "
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
-    shares_memory_group = True
+    shares_memory_group = True  # fp16 and bf16 take the same bytes
 
     def read(self, spec) -> PrecisionSettings:
         """search.precisions: the AMP modes allowed, least memory first whatever the spec's order; the Trainer's
