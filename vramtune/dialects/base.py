@@ -12,6 +12,7 @@ from typing import Any, Callable
 from vramtune.core.report import Report, Tuned
 from vramtune.core.spec import Spec
 from vramtune.core.strategy import Strategy
+from vramtune.core.verification import ToolRun, VerifyRequest
 
 Render = Callable[[Path, Spec, Report, str], "tuple[str, list[str]]"]
 
@@ -69,3 +70,5 @@ class Dialect:
     # the strategy a file of its states (what `check` and `measure` read), for a probe on this kind of device (a CPU
     # runs fp32 whatever the file's precision); None: its files carry a tuned: section (vramtune's own spec)
     stated: Callable[[Spec, str], Strategy] | None = None
+    # its file trained once, bounded, by the tool itself (issue 36): the run, or why it cannot run here; None: not yet
+    verify: Callable[[VerifyRequest], ToolRun | str] | None = None

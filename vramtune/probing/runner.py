@@ -25,6 +25,7 @@ from vramtune.core.records import STATUSES, Budget, Device, ProbeJob, ProbeResul
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import error_line
 from vramtune.core.units import format_bytes
+from vramtune.core.verification import ToolRun, Verified
 from vramtune.plugins import SOURCES
 from vramtune.probing import forking, interrupts
 from vramtune.probing.forking import ForkServer, ForkServerError, die_with_parent, worker_env
@@ -43,6 +44,8 @@ class Backend(Protocol):
     def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult: ...
 
     def count(self, job: ProbeJob, timeout: float) -> dict[str, Any]: ...
+
+    def verify(self, run: ToolRun, strategy: Strategy, device: Device, budget: Budget, timeout: float) -> Verified: ...
 
 
 @dataclass
@@ -282,6 +285,29 @@ class ChildBackend:
         return payload
 
 
+    def verify(self, run: ToolRun, strategy: Strategy, device: Device, budget: Budget, timeout: float) -> Verified:
+        """The user's own tool on the tuned file, bounded: its peak from the counters the probes read."""
+        outcome, figures = run_tool(run, device, budget, timeout)
+        return verified(run, outcome, figures, budget, timeout)
+
+
+def verified(run: ToolRun, outcome: ChildOutcome, figures: dict[str, Any], budget: Budget, timeout: float) -> Verified:
+    """What a verification run measured, judged against the budget: its peak where it trained (reserved on a GPU),
+    else why it did not (an out-of-memory error is over the budget)."""
+    notes = [*run.notes, *(f"{name} stubbed (a no-op on a CPU, which has no queue to wait for)"
+                           for name in figures.get("stubbed", []))]
+    used = figures.get("reserved_bytes") or figures.get("peak_bytes")
+    if outcome.returncode == 0 and used:
+        return Verified(run.tool, "fits" if budget.fits(used) else "over_budget", used, seconds=outcome.seconds,
+                        steps=figures.get("steps"), notes=notes)
+    if outcome.timed_out:
+        return Verified(run.tool, "failed", seconds=outcome.seconds, notes=notes,
+                        error=f"timed out after {timeout:.0f}s")
+    error = error_line(outcome.stderr_tail, last=True) or f"exited with code {outcome.returncode} and no error message"
+    status = "over_budget" if looks_like_oom(outcome.stderr_tail) else "failed"
+    return Verified(run.tool, status, used, seconds=outcome.seconds, notes=notes, error=error)
+
+
 def on_card(device: Device, use: dict[str, CardUse] | None) -> CardUse | None:
     """What nvidia-smi says the device's card holds, where it says and the card's bus id is known."""
     if use is None or device.kind != "gpu" or device.index >= len(device.buses):
@@ -309,3 +335,33 @@ def result_from(job: ProbeJob, outcome: dict[str, Any], seconds: float) -> Probe
     device = job.device
     return ProbeResult.from_json({**outcome, **job.strategy, "device": {"name": device["name"], "kind": device["kind"]},
                                   "paddle_version": device["paddle_version"], "seconds": round(seconds, 3)})
+
+
+VERIFY_HOOK = Path(__file__).resolve().parent / "verify_hook"  # sitecustomize.py: the verification child's counters
+
+
+def verify_env(run: ToolRun, device: Device, budget: Budget, out: str) -> dict[str, str]:
+    """The environment of a verification run: the hook first on PYTHONPATH (with the run's own paths), where it
+    writes, and on a GPU the card the probes ran on, capped at the budget as a probe is (pure: easy to test)."""
+    paths = [str(VERIFY_HOOK), run.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, **run.env, "PYTHONPATH": os.pathsep.join(filter(None, paths)), "VRAMTUNE_VERIFY_OUT": out,
+           "VRAMTUNE_VERIFY_DEVICE": "cpu" if device.kind == "cpu" else "gpu:0"}
+    if device.kind == "gpu":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        cards = visible.split(",") if visible else [str(index) for index in range(device.count)]
+        env["CUDA_VISIBLE_DEVICES"] = cards[device.index] if device.index < len(cards) else str(device.index)
+        env.update(gpu_memory_limit_env(device, budget.bytes))
+    return env
+
+
+def run_tool(run: ToolRun, device: Device, budget: Budget, timeout: float) -> tuple[ChildOutcome, dict[str, Any]]:
+    """The user's own tool, bounded by its command, in its own process group with a timeout; its output (stdout and
+    stderr) kept in a temporary file whose tail says why it failed; the figures the hook wrote ({} if none)."""
+    with tempfile.TemporaryDirectory(prefix="vramtune-verify-") as folder:
+        out, log = os.path.join(folder, "peak.json"), os.path.join(folder, "output.txt")
+        outcome = ChildProcess(run.argv, verify_env(run, device, budget, out), log, cwd=run.cwd).run(timeout)
+        try:
+            figures = json.loads(Path(out).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            figures = {}
+    return outcome, figures

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vramtune.core.spec import Spec
 from vramtune.dialects.base import Dialect, Format, Reading
-from vramtune.dialects.spec import export
+from vramtune.dialects.spec import export, verify
 from vramtune.dialects.yaml_file import read_yaml
 
 
@@ -22,4 +22,4 @@ def _read(path: Path, options: list[str], read_data: bool) -> Reading:
 
 FORMAT = Format(export.NAME, export.SUFFIX, export.render, trained_by="trained with vramtune.runtime",
                 refuses=_not_arguments)
-DIALECT = Dialect("spec", FORMAT, recognises=lambda path: True, read=_read)
+DIALECT = Dialect("spec", FORMAT, recognises=lambda path: True, read=_read, verify=verify.tool_run)

@@ -1,0 +1,41 @@
+"""The answer verified by PaddleFormers' own workflow (issue 36): the tuned file trained for a few optimizer steps by
+`python -m paddleformers.cli.launcher train` (the one-process form of `paddleformers-cli train`), from the folder
+vramtune runs in (where the file's relative paths point), with the user's own key=value overrides that set no tuned
+key. On a CPU it runs with the same CPU equivalents the probes ran (said), and PaddleFormers' paddle.device.synchronize
+stubbed by the verification hook."""
+from __future__ import annotations
+
+import os
+import sys
+
+from vramtune.core.report import Tuned
+from vramtune.core.verification import STEPS, ToolRun, VerifyRequest
+from vramtune.dialects.paddleformers.export import given_overrides, tuned_keys
+from vramtune.dialects.paddleformers.reading import read_config
+from vramtune.dialects.paddleformers.source import cpu_equivalents
+from vramtune.dialects.roundtrip import value_text
+
+TOOL = "PaddleFormers' workflow"
+
+
+def bounded(scratch: str) -> list[str]:
+    """The overrides that bound the run and keep its files out of the user's folders."""
+    return [f"max_steps={STEPS}", 'save_strategy="no"', f"output_dir={scratch}", "logging_steps=1",
+            "disable_tqdm=true"]
+
+
+def tool_run(request: VerifyRequest) -> ToolRun | str:
+    """The workflow on the tuned file, bounded; its CPU equivalents said."""
+    spec, notes = request.spec, []
+    config = read_config(request.tuned_file)
+    kept, _ = given_overrides(config, spec.model.arguments, set(tuned_keys({}, Tuned(strategy=request.strategy))))
+    overrides = list(kept)
+    if request.device.kind == "cpu":
+        equivalents = cpu_equivalents({**config, **spec.model.arguments})
+        overrides += [f"{key}={value_text(value)}" for key, value in equivalents.items()]
+        if equivalents:
+            notes.append("run with the CPU equivalents the probes ran: " + ", ".join(
+                f"{key}: {value_text(value)}" for key, value in equivalents.items()))
+    argv = [sys.executable, "-m", "paddleformers.cli.launcher", "train", str(request.tuned_file), *overrides,
+            *bounded(str(request.scratch))]
+    return ToolRun(TOOL, argv, os.getcwd(), {"VRAMTUNE_VERIFY_TRAINER": "paddleformers.trainer"}, notes)

@@ -1,0 +1,70 @@
+"""vramtune's verification hook (issue 36). Python loads it at start-up from the PYTHONPATH of the child that runs
+the user's own tool on a tuned file; it acts only when $VRAMTUNE_VERIFY_OUT is set there:
+- it resets Paddle's allocator peak where a Trainer's train() starts ($VRAMTUNE_VERIFY_TRAINER names its module:
+  paddleformers.trainer, paddlenlp.trainer), else at start-up (a kit's tools/train.py, a vramtune.runtime loop), and
+  writes the peak as JSON to $VRAMTUNE_VERIFY_OUT when train() returns, else at exit — the counters the probes
+  read: the host allocator's on a CPU, the device's on a GPU;
+- on a CPU only, it makes paddle.device.synchronize() a no-op and records that it did: PaddleFormers' Trainer calls it
+  before each optimizer step with gradient accumulation and it raises there ("device should be gpu, xpu"); a CPU runs
+  every op in order, so the no-op changes neither memory nor results.
+It is not part of the vramtune package (this folder has no __init__.py): only the verification child imports it."""
+import atexit
+import json
+import os
+import time
+import zlib  # noqa: F401  before Paddle: Paddle 2.6's libpaddle exports a zlib of its own (child/worker.py)
+
+OUT = os.environ.get("VRAMTUNE_VERIFY_OUT")
+if OUT:
+    import paddle
+
+    CORE = paddle.base.core if hasattr(paddle, "base") else paddle.fluid.core
+    DEVICE = os.environ.get("VRAMTUNE_VERIFY_DEVICE", "cpu")  # cpu, or gpu:N as the probes ran
+    GPU = DEVICE.startswith("gpu")
+    STATE = {"started": time.time(), "stubbed": [], "written": False}
+
+    def reset() -> None:
+        if GPU:
+            paddle.device.synchronize(DEVICE)
+            paddle.device.cuda.reset_max_memory_allocated(DEVICE)
+            paddle.device.cuda.reset_max_memory_reserved(DEVICE)
+        elif hasattr(CORE, "host_memory_stat_reset_peak_value"):  # Paddle 2.6 cannot reset: the process's peak
+            CORE.host_memory_stat_reset_peak_value("Allocated", 0)
+
+    def figures() -> dict:
+        if GPU:
+            paddle.device.synchronize(DEVICE)
+            return {"peak_bytes": int(paddle.device.cuda.max_memory_allocated(DEVICE)),
+                    "reserved_bytes": int(paddle.device.cuda.max_memory_reserved(DEVICE))}
+        return {"peak_bytes": int(CORE.host_memory_stat_peak_value("Allocated", 0)), "reserved_bytes": None}
+
+    def write(**extra) -> None:
+        STATE["written"] = True
+        with open(OUT, "w") as out:
+            json.dump({"seconds": round(time.time() - STATE["started"], 2), "stubbed": STATE["stubbed"],
+                       **figures(), **extra}, out)
+
+    if not GPU:
+        def synchronize(device=None):
+            return None
+
+        paddle.device.synchronize = synchronize
+        STATE["stubbed"].append("paddle.device.synchronize")
+
+    def wrap(name: str) -> None:
+        trainer = __import__(name, fromlist=["Trainer"]).Trainer
+        original = trainer.train
+
+        def train(self, *args, **kwargs):
+            reset()
+            result = original(self, *args, **kwargs)
+            write(steps=int(self.state.global_step))
+            return result
+
+        trainer.train = train
+
+    if os.environ.get("VRAMTUNE_VERIFY_TRAINER"):
+        wrap(os.environ["VRAMTUNE_VERIFY_TRAINER"])
+    else:
+        reset()
+    atexit.register(lambda: None if STATE["written"] else write())

@@ -1,0 +1,113 @@
+"""The answer verified by the user's own tool before it is written (issue 36).
+
+The search runs on vramtune's mirror of each tool's training step; the configuration `apply` is about to write is then
+trained once, bounded, by the tool itself (the file's dialect says how: `Dialect.verify`), its peak read from the
+counters the probes read. Where the tool's peak does not fit, the choice is made again with the measured difference
+folded in (each other fitting probe's peak times the tool's ratio to the probe) and verified again; the report says
+each step. Where the tool cannot run here, it says why and what was verified instead (nothing)."""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vramtune.core.records import Budget, Device, ProbeResult
+from vramtune.core.spec import Spec
+from vramtune.core.units import format_bytes
+from vramtune.core.verification import STEPS, Verified, VerifyRequest
+from vramtune.dialects.base import Dialect
+from vramtune.mechanisms.base import Mechanism
+from vramtune.probing.runner import Backend
+from vramtune.search.choice import choose
+
+ATTEMPTS = 3  # verification runs at most: the choice, and two made again with the difference folded in
+TIMEOUT = 900.0  # seconds for one bounded run of the tool (its start-up, data, a few steps)
+
+Render = Callable[[ProbeResult, Path], str]  # the tuned file's text for a result, naming where it is written
+Say = Callable[[str], None]
+
+
+@dataclass
+class Answer:
+    """What verification settled: the result to write (None: none verified to fit) and every run, in order."""
+
+    result: ProbeResult | None
+    runs: list[Verified] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.runs) and self.runs[-1].status == "fits"
+
+
+def verify(dialect: Dialect, spec: Spec, chosen: ProbeResult, measured: Iterable[ProbeResult], render: Render,
+           output: Path, backend: Backend, device: Device, budget: Budget, mechanisms: Sequence[Mechanism],
+           floor: int, command: str | None, say: Say) -> Answer:
+    """Verify `chosen` by the dialect's tool on the file `render` writes for it; where the tool's peak is over the
+    limit, choose again among the `measured` results with the tool's ratio folded in, and verify that one."""
+    if dialect.verify is None:
+        return Answer(chosen, [Verified("the file's own tool", "skipped", error=f"vramtune cannot run "
+                                        f"{dialect.name} files' own tool yet")])
+    answer, candidate, ratio = Answer(chosen), chosen, 1.0
+    tried: set = set()
+    with tempfile.TemporaryDirectory(prefix="vramtune-verify-") as scratch:
+        while candidate is not None and len(answer.runs) < ATTEMPTS:
+            tried.add(candidate.strategy)
+            run = _verify_one(dialect, VerifyRequest(spec, output, candidate.strategy, device, Path(scratch), command),
+                              candidate, render, backend, budget, say)
+            answer.runs.append(run)
+            answer.result = candidate
+            if run.status != "over_budget" or not run.ratio:
+                return answer
+            ratio = max(ratio, run.ratio)
+            candidate = choose(mechanisms, _folded(measured, tried, ratio, budget), floor)
+            if candidate is not None:
+                say(f"choosing again with the tool's +{ratio - 1:.1%} folded in: {candidate.label()} "
+                    f"({format_bytes(candidate.used_bytes or 0)} measured, {format_bytes(_times(candidate, ratio))} "
+                    "with it)")
+    answer.result = None if answer.runs[-1].status == "over_budget" else answer.result
+    return answer
+
+
+def _verify_one(dialect: Dialect, request: VerifyRequest, candidate: ProbeResult, render: Render, backend: Backend,
+                budget: Budget, say: Say) -> Verified:
+    """One bounded run of the tool on the candidate's file, written beside the output (`request.tuned_file`: where
+    its relative paths resolve as the output's will) under a hidden name, and removed after."""
+    output = request.tuned_file
+    tuned = output.with_name(f".{output.stem}.verifying{output.suffix}")
+    request = dataclasses.replace(request, tuned_file=tuned)
+    assert dialect.verify is not None
+    try:
+        tuned.write_text(render(candidate, tuned), encoding="utf-8")
+        run = dialect.verify(request)
+        if isinstance(run, str):
+            return Verified("the file's own tool", "skipped", probe_bytes=candidate.used_bytes, error=run)
+        say(f"verifying {candidate.label()} with {run.tool} ({STEPS} optimizer steps)")
+        verified = backend.verify(run, candidate.strategy, request.device, budget, TIMEOUT)
+        return dataclasses.replace(verified, probe_bytes=candidate.used_bytes)
+    finally:
+        tuned.unlink(missing_ok=True)
+
+
+def _times(result: ProbeResult, ratio: float) -> int:
+    return int((result.used_bytes or 0) * ratio)
+
+
+def _folded(measured: Iterable[ProbeResult], tried: set, ratio: float, budget: Budget) -> list[ProbeResult]:
+    """The fitting results not verified yet whose peak, times the tool's ratio, still fits."""
+    return [result for result in measured if result.fits and result.strategy not in tried
+            and budget.fits(_times(result, ratio))]
+
+
+def words(run: Verified, budget: Budget) -> str:
+    """One run in a line: "verified by PaddleFormers' workflow: 69.7 MiB (probe 62.1 MiB, +12.2%) of 152.0 MiB:
+    fits"."""
+    if run.status == "skipped":
+        return f"not verified by the file's own tool: {run.error}"
+    if run.status == "failed":
+        return f"verification by {run.tool} failed: {run.error}"
+    against = f" (probe {format_bytes(run.probe_bytes)}, {run.ratio - 1:+.1%})" if run.ratio and run.probe_bytes else ""
+    peak = format_bytes(run.peak_bytes) if run.peak_bytes else "out of memory"
+    verdict = "fits" if run.status == "fits" else "over the limit"
+    return f"verified by {run.tool}: {peak}{against} of {format_bytes(budget.limit)}: {verdict} ({run.seconds:.1f}s)"
