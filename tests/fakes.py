@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from vramtune.core.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.core.strategy import AMP_PRECISIONS, Strategy, dtype_of, level_of
+from vramtune.core.verification import ToolRun, Verified
 from vramtune.mechanisms.accumulation import AccumulationSearch
 from vramtune.mechanisms.precision import PrecisionSettings
 from vramtune.mechanisms.recompute import RecomputeSettings
@@ -71,6 +72,7 @@ class FakeDevice:
     config: dict | None = None  # a config.json of the model's sizes, for the activation prior (None: no prior)
     seq: int = 0  # the sequence length the prior is computed at
     prior_scale: float = 1.0  # the prior handed to the search, this many times what config.json predicts (wrong)
+    tool_drift: float = 0.0  # what the user's own tool holds beyond the probe's peak, as a fraction of it
     calls: list[Strategy] = field(default_factory=list)
 
     def device(self) -> Device:
@@ -168,7 +170,7 @@ class FakeBackend:
     """The session's backend over a FakeDevice: the CLI runs whole commands without Paddle."""
 
     def __init__(self, device: FakeDevice, missing: set[str] | None = None):
-        self.fake, self.missing, self.jobs = device, missing or set(), []
+        self.fake, self.missing, self.jobs, self.tool_runs = device, missing or set(), [], []
 
     def describe(self, device: str) -> Device:
         from vramtune.probing.runner import DeviceError
@@ -192,6 +194,14 @@ class FakeBackend:
         if counts is None:
             raise DeviceError("counting the model's parameters failed: the fake model cannot be built lazily")
         return counts
+
+    def verify(self, run: ToolRun, strategy: Strategy, device: Device, budget: Budget, timeout: float) -> Verified:
+        """The user's tool on the tuned file: the fake's peak for the strategy, times its `tool_drift` (what the
+        tool holds that the probe's mirror does not)."""
+        self.tool_runs.append(run)
+        used = int((self.fake.reserved(strategy) or self.fake.peak(strategy)) * (1 + self.fake.tool_drift))
+        return Verified(run.tool, "fits" if budget.fits(used) else "over_budget", used, seconds=1.0, steps=3,
+                        notes=list(run.notes))
 
 
 @contextlib.contextmanager

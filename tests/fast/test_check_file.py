@@ -32,7 +32,7 @@ def formers_file(tmp_path, monkeypatch):
 def test_the_files_strategy_passes_within_the_budget(fake_cli, formers_file):
     cli, backend = fake_cli(FakeDevice())
     path = formers_file()
-    code, out, err = cli("check", path, "--budget", "64MiB")
+    code, out, err = cli("check", "--no-verify", path, "--budget", "64MiB")
     assert (code, out) == (0, "")
     assert err == ("note: the file's strategy: fp32 m=2 k=2 r=0 (--budget 64.0 MiB)\n"
                    "fp32 m=2 k=2 r=0: fits\n"
@@ -44,7 +44,7 @@ def test_the_files_strategy_passes_within_the_budget(fake_cli, formers_file):
 
 def test_over_the_budget_fails_with_exit_1(fake_cli, formers_file):
     cli, _ = fake_cli(FakeDevice())
-    code, out, err = cli("check", formers_file(), "--budget", "21MiB", "--json")
+    code, out, err = cli("check", "--no-verify", formers_file(), "--budget", "21MiB", "--json")
     verdict = json.loads(out)
     reason = ("peak 25165824 bytes (24.0 MiB) no longer fits the limit 20919091 bytes (19.9 MiB = budget 22020096 less "
               "5% headroom)")
@@ -58,21 +58,21 @@ def test_the_budget_the_file_records_needs_no_flag_and_the_flag_wins(fake_cli, f
     path.write_text(with_budget_line(with_budget_line(path.read_text(), 21 * MiB), 64 * MiB))  # replaced, not added
     assert path.read_text().count("# vramtune: tuned for a budget of") == 1
     assert recorded_budget(path.read_text()) == 64 * MiB
-    code, _, err = cli("check", path)
+    code, _, err = cli("check", "--no-verify", path)
     assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 (the budget it records "
                                         "64.0 MiB)\n")
-    code, _, err = cli("check", path, "--budget", "21MiB")
+    code, _, err = cli("check", "--no-verify", path, "--budget", "21MiB")
     assert code == 1 and err.endswith("check: fail\n")
 
 
 def test_the_precision_a_gpu_file_states_is_measured(fake_cli, formers_file):
     cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake A100", card_bytes=80 * 2**30))
     path = formers_file(("device: cpu\n", ""), ("compute_type: float32", "compute_type: bf16\nfp16_opt_level: O2"))
-    code, _, err = cli("check", path, "--budget", "64MiB")
+    code, _, err = cli("check", "--no-verify", path, "--budget", "64MiB")
     assert code == 0 and err.startswith("note: the file's strategy: bf16-o2 m=2 k=2 r=0 (--budget 64.0 MiB)\n")
     assert backend.jobs[-1].strategy["precision"] == "bf16-o2"
     unsaid = formers_file(("device: cpu\n", ""), ("compute_type: float32", "compute_type: bf16"), name="unsaid.yaml")
-    assert cli("check", unsaid, "--budget", "64MiB") == (2, "", (  # O1 or O2: its parser's default is not guessed
+    assert cli("check", "--no-verify", unsaid, "--budget", "64MiB") == (2, "", (  # O1 or O2: its parser's default is not guessed
         f"error: {unsaid}: fp16_opt_level: is not stated: check measures the strategy the file states, as `vramtune "
         "apply` writes it, and never takes a parser's default for it (O1 or O2 with compute_type bf16)\n"))
 
@@ -88,7 +88,7 @@ def test_check_reads_back_the_strategy_apply_wrote(fake_cli, formers_file):
     assert code == 0, err
     chosen = {key: json.loads(out)["chosen"][key] for key in ("precision", "micro_batch", "accumulation")}
     assert chosen == {"precision": "bf16", "micro_batch": 8, "accumulation": 4}  # the file said 16 x 2
-    code, out, err = cli("check", path.with_name("sft.tuned.yaml"), "--budget", "30MiB", "--json")
+    code, out, err = cli("check", "--no-verify", path.with_name("sft.tuned.yaml"), "--budget", "30MiB", "--json")
     measured = json.loads(out)["measured"]
     assert code == 0, err
     assert {key: measured[key] for key in chosen} == chosen == {key: backend.jobs[-1].strategy[key] for key in chosen}
@@ -111,13 +111,13 @@ def test_a_paddlenlp_arguments_file_is_read_by_its_keys(fake_cli, tmp_path, monk
     both.write_text(json.dumps({**arguments, "fp16": True}))
     cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB))
     for file in (path, short):
-        code, _, err = cli("check", file, "--budget", "64MiB")
+        code, _, err = cli("check", "--no-verify", file, "--budget", "64MiB")
         assert code == 0 and err.startswith("note: the file's strategy: bf16-o2 m=4 k=2 r=0 (--budget 64.0 MiB)\n"), \
             err
         assert backend.jobs[-1].strategy["precision"] == "bf16-o2"
-    assert cli("check", both, "--budget", "64MiB") == (2, "", (
+    assert cli("check", "--no-verify", both, "--budget", "64MiB") == (2, "", (
         f"error: {both}: bf16: true with fp16 true: PaddleNLP's TrainingArguments allows at most one of them\n"))
-    assert cli("check", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
+    assert cli("check", "--no-verify", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
                                          "the one it must fit, e.g. --budget 24GiB)\n")  # JSON has no comments
 
 
@@ -125,23 +125,23 @@ def test_the_overrides_the_file_was_tuned_with_and_not_given_are_said(fake_cli, 
     cli, _ = fake_cli(FakeDevice())
     path = formers_file()
     path.write_text(with_budget_line(path.read_text(), 64 * MiB, ["max_steps=2", "logging_dir=my logs"]))
-    code, _, err = cli("check", path)
+    code, _, err = cli("check", "--no-verify", path)
     assert code == 0 and err.splitlines()[:2] == [
         "note: the file's strategy: fp32 m=2 k=2 r=0 (the budget it records 64.0 MiB)",
         "note: tuned with -O max_steps=2 -O 'logging_dir=my logs' (its first line), not given here: measured without "
         "them"]
-    code, _, err = cli("check", path, "max_steps=2", "-O", "logging_dir=my logs")
+    code, _, err = cli("check", "--no-verify", path, "max_steps=2", "-O", "logging_dir=my logs")
     assert code == 0 and "tuned with" not in err
 
 
 def test_bad_input_exits_2_and_measures_nothing(fake_cli, formers_file, tmp_path):
     cli, backend = fake_cli(FakeDevice())
     path = formers_file()
-    assert cli("check", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
+    assert cli("check", "--no-verify", path) == (2, "", f"error: {path}: --budget: is required: the file records no budget (give "
                                          "the one it must fit, e.g. --budget 24GiB)\n")
     missing = tmp_path / "absent.yaml"
-    assert cli("check", missing, "--budget", "1GiB") == (2, "", f"error: {missing}: no such file\n")
-    assert cli("check", path, "--budget", "40") == (2, "", (
+    assert cli("check", "--no-verify", missing, "--budget", "1GiB") == (2, "", f"error: {missing}: no such file\n")
+    assert cli("check", "--no-verify", path, "--budget", "40") == (2, "", (
         f"error: {path}: budget: '40' has no unit, so it is bytes, too few for any model: write 40GiB or 40MiB (40B "
         "if bytes are meant) (or 'auto' on a GPU)\n"))
     assert backend.jobs == []
@@ -155,17 +155,17 @@ def test_a_file_recomputing_every_layer_states_the_models_layers(fake_cli, forme
     r=2, its config.json's num_hidden_layers, as the probe counts its blocks."""
     cli, backend = fake_cli(FakeDevice())
     path = formers_file(("sharding: \"\"", f"sharding: \"\"\n{EVERY_LAYER}"))
-    code, out, err = cli("check", path, "--budget", "64MiB")
+    code, out, err = cli("check", "--no-verify", path, "--budget", "64MiB")
     assert (code, out) == (0, "")
     assert err.startswith("note: the file's strategy: fp32 m=2 k=2 r=2 (--budget 64.0 MiB)\nfp32 m=2 k=2 r=2: fits\n")
-    assert cli("check", path, "--budget", "1MiB")[0] == 1
+    assert cli("check", "--no-verify", path, "--budget", "1MiB")[0] == 1
     assert [(job.strategy["micro_batch"], job.strategy["accumulation"], job.strategy["recomputed_blocks"])
             for job in backend.jobs] == [(2, 2, 2), (2, 2, 2)]
     # the first N by the block method: PaddleFormers' Llama recomputes nothing then, and apply leaves the keys as
     # they are when it recomputes nothing: r=0
     block = formers_file(("sharding: \"\"", "sharding: \"\"\n" + EVERY_LAYER.replace("uniform", "block")),
                          name="block.yaml")
-    code, _, err = cli("check", block, "--budget", "64MiB")
+    code, _, err = cli("check", "--no-verify", block, "--budget", "64MiB")
     assert (code, backend.jobs[-1].strategy["recomputed_blocks"]) == (0, 0)
     assert err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 (--budget 64.0 MiB)\n")
 
@@ -183,7 +183,7 @@ def test_the_block_method_states_its_layer_count_where_the_model_recomputes_the_
     for keys, name in ((first, "first.yaml"), (EVERY_LAYER, "every.yaml")):
         path = formers_file(("sharding: \"\"", f"sharding: \"\"\n{keys}"), name=name)
         path.write_text(path.read_text().replace(str(SPECS / "formers" / "llama"), str(folder)))
-        assert cli("check", path, "--budget", "64MiB")[0] == 0
+        assert cli("check", "--no-verify", path, "--budget", "64MiB")[0] == 0
     assert [job.strategy["recomputed_blocks"] for job in backend.jobs] == [3, 4]
 
 
@@ -191,9 +191,9 @@ def test_budget_on_a_tuned_spec_judges_that_budget_instead_of_the_tuned_one(fake
     cli, _ = fake_cli(FakeDevice(per_sample=MiB / 20, saved=MiB / 200, blocks=6))
     tuned = tmp_path / "mlp.tuned.yaml"
     assert cli("apply", CONFIGS / "mlp-python-cpu.yaml", "-o", tuned)[0] == 0
-    code, out, _ = cli("check", tuned, "--json")
+    code, out, _ = cli("check", "--no-verify", tuned, "--json")
     assert (code, json.loads(out)["limit_bytes"]) == (0, int(40 * MiB * 0.95))  # the spec's budget: 40MiB
-    code, out, _ = cli("check", tuned, "--budget", "21MiB", "--json")
+    code, out, _ = cli("check", "--no-verify", tuned, "--budget", "21MiB", "--json")
     assert (code, json.loads(out)["limit_bytes"]) == (1, int(21 * MiB * 0.95))
 
 
@@ -222,10 +222,10 @@ def test_a_stated_sharding_stage_is_read_over_the_files_ranks(fake_cli, formers_
     says cpu); --devices 1 measures one rank without the stage, and says so."""
     cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB))
     path = formers_file(("sharding: \"\"", "sharding: stage2\nsharding_parallel_size: 2"))
-    code, _, err = cli("check", path, "--budget", "64MiB", "--device", "gpu")
+    code, _, err = cli("check", "--no-verify", path, "--budget", "64MiB", "--device", "gpu")
     assert code == 0 and err.startswith("note: the file's strategy: fp32 m=2 k=2 r=0 n=2 s=2 (--budget 64.0 MiB)\n"), \
         err
-    code, _, err = cli("check", path, "--budget", "64MiB", "--device", "gpu", "--devices", "1")
+    code, _, err = cli("check", "--no-verify", path, "--budget", "64MiB", "--device", "gpu", "--devices", "1")
     assert code == 0 and err.startswith(
         "note: the file's strategy: fp32 m=2 k=2 r=0 n=2 s=2 (--budget 64.0 MiB)\n"
         "note: measured on 1 rank, tuned on 2: each rank's micro-batch and accumulation as tuned, 4 samples per step "
@@ -239,10 +239,10 @@ def test_the_configs_own_overrides_apply_to_the_spec_it_measures(fake_cli, forme
     """-O KEY=VALUE and KEY=VALUE after the file, as apply took them: a check without them measures another job."""
     cli, backend = fake_cli(FakeDevice())
     path = formers_file()
-    assert cli("check", path, "--budget", "64MiB")[0] == 0
+    assert cli("check", "--no-verify", path, "--budget", "64MiB")[0] == 0
     plain = backend.jobs[-1]
     assert (plain.model["seq_len"], plain.learning_rate) == (128, 1.0e-4)
-    code, out, err = cli("check", path, "--budget", "64MiB", "-O", "max_seq_len=16", "learning_rate=0.5")
+    code, out, err = cli("check", "--no-verify", path, "--budget", "64MiB", "-O", "max_seq_len=16", "learning_rate=0.5")
     assert (code, out) == (0, "")
     assert err == ("note: the file's strategy: fp32 m=2 k=2 r=0 (--budget 64.0 MiB)\n"
                    "fp32 m=2 k=2 r=0: fits\n"
@@ -257,7 +257,7 @@ def test_the_configs_own_overrides_apply_to_the_spec_it_measures(fake_cli, forme
 def test_overrides_on_a_vramtune_spec_are_bad_input(fake_cli):
     cli, backend = fake_cli(FakeDevice())
     spec = CONFIGS / "mlp-python-cpu.yaml"
-    code, out, err = cli("check", spec, "-O", "train.steps=2")
+    code, out, err = cli("check", "--no-verify", spec, "-O", "train.steps=2")
     assert (code, out, backend.jobs) == (2, "", [])
     assert err == f"error: {spec}: " + OPTIONS_ELSEWHERE + "\n"
 
@@ -271,8 +271,30 @@ def test_the_budget_line_apply_writes_names_the_overrides_check_needs(fake_cli, 
     assert tuned.read_text().splitlines()[0] == (
         "# vramtune: tuned for a budget of 64.0 MiB (67108864 bytes); `vramtune check FILE -O learning_rate=0.5 "
         "-O max_seq_len=16` gates it in CI")
-    code, _, err = cli("check", tuned, "-O", "learning_rate=0.5", "-O", "max_seq_len=16")
+    code, _, err = cli("check", "--no-verify", tuned, "-O", "learning_rate=0.5", "-O", "max_seq_len=16")
     assert code == 0 and err.startswith("note: the file's strategy: fp32 m=4 k=1 r=0 (the budget it records "
                                         "64.0 MiB)\n")
     job = backend.jobs[-1]
     assert (job.model["seq_len"], job.learning_rate, job.strategy["micro_batch"]) == (16, 0.5, 4)
+
+
+def test_a_pass_is_verified_by_the_workflow_and_fails_where_the_workflow_is_over_the_limit(fake_cli, formers_file):
+    """check runs PaddleFormers' workflow on the file itself once its probe passes (issue 36): its line is a note;
+    where the workflow holds 20% more, 28.8 MiB against a 28 MiB budget's 26.6 MiB limit, the gate fails on it."""
+    path = formers_file()
+    cli, backend = fake_cli(FakeDevice())
+    code, out, err = cli("check", path, "--budget", "64MiB", "--json")
+    verdict = json.loads(out)
+    assert (code, verdict["status"], verdict["verification"]["status"]) == (0, "pass", "fits"), err
+    assert "note: verified by PaddleFormers' workflow: 24.0 MiB (probe 24.0 MiB, +0.0%) of 60.8 MiB: fits (1.0s)\n" in err
+    [run] = backend.tool_runs
+    assert run.argv[:5] == [run.argv[0], "-m", "paddleformers.cli.launcher", "train", str(path)]
+    assert "max_steps=3" in run.argv and 'save_strategy="no"' in run.argv
+    cli, _ = fake_cli(FakeDevice(tool_drift=0.2))
+    code, out, err = cli("check", path, "--budget", "28MiB", "--json")
+    verdict = json.loads(out)
+    assert (code, verdict["status"], verdict["verification"]["status"]) == (1, "fail", "over_budget")
+    assert verdict["reasons"] == ["verified by PaddleFormers' workflow: 28.8 MiB (probe 24.0 MiB, +20.0%) of 26.6 MiB: "
+                                  "over the limit (1.0s)"]
+    code, _, _ = cli("check", path, "--budget", "28MiB", "--no-verify")
+    assert code == 0

@@ -42,7 +42,7 @@ def test_a_gpu_file_is_probed_on_cpu_with_cpu_equivalents_and_written_back_as_it
            "amp_master_grad": None}
     path = write_config(tmp_path, model_name_or_path=str(folder), per_device_train_batch_size=2, **gpu)
     code, _, err = cli("apply", path, "--device", "cpu", "--budget", "256MiB", "-o", tmp_path / "out.yaml",
-                       "--json")
+                       "--json", "--no-verify")
     assert code == 0, err
     assert ("probed on CPU with the CPU equivalents of compute_type: 'bf16' -> 'float32', sharding: 'stage1' -> '', "
             "_attn_implementation: 'flashmask' -> 'eager'; fused kernels off") in " ".join(err.split())

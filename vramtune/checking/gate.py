@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from vramtune.checking.by_tool import by_tool
 from vramtune.checking.stated import stated_strategy
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
@@ -49,9 +50,11 @@ def _smoke(spec: Spec, strategy: Strategy, backend: Backend, why: str, on_wait: 
 
 
 def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: str | None = None,
-          strict: bool = False, devices: int | None = None) -> dict[str, Any]:
+          strict: bool = False, devices: int | None = None, verify: bool = True,
+          command: str | None = None) -> dict[str, Any]:
     """devices: re-measure on this many ranks instead of the tuned ones (each rank's micro-batch and
-    accumulation kept), e.g. a CI runner with fewer GPUs than the training machine."""
+    accumulation kept), e.g. a CI runner with fewer GPUs than the training machine. verify: a pass is verified by
+    the file's own tool too (`command`: the user's, `--verify-with`)."""
     tuned = require_tuned(spec)
     strategy = tuned.strategy
     notes: list[str] = []
@@ -82,7 +85,7 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
     result = measure(session, strategy, on_wait)
     verdict = judge(result, session.budget, tuned, tolerance)
     verdict["notes"] = notes + verdict["notes"]
-    return verdict
+    return by_tool(verdict, spec, strategy, backend, info, session.budget, command) if verify else verdict
 
 
 def is_tool_file(spec: Spec) -> bool:
@@ -91,7 +94,8 @@ def is_tool_file(spec: Spec) -> bool:
 
 
 def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = None,
-               devices: int | None = None, options: list[str] | None = None) -> dict[str, Any]:
+               devices: int | None = None, options: list[str] | None = None, verify: bool = True,
+               command: str | None = None) -> dict[str, Any]:
     """A tool's own file: its stated strategy measured here against --budget (spec.budget) or the budget the file
     records; pass when the peak fits. `options`: the config's own overrides given; those the file records as tuned
     with and not given are said."""
@@ -114,7 +118,7 @@ def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = 
     session = open_session(spec, backend, on_wait, device=info, budget_bytes=budget_bytes)
     verdict = judge(measure(session, strategy, on_wait), session.budget, Tuned(strategy=strategy), 0.0)
     verdict["notes"] = notes + verdict["notes"]
-    return verdict
+    return by_tool(verdict, spec, strategy, backend, info, session.budget, command) if verify else verdict
 
 
 def _on_ranks(strategy: Strategy, devices: int) -> tuple[Strategy, list[str]]:

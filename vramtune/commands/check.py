@@ -11,7 +11,6 @@ from vramtune.commands import common
 from vramtune.probing.runner import Backend
 from vramtune.render import output
 from vramtune.render.results import render_check
-from vramtune.spec import Problem, SpecError
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
@@ -33,18 +32,27 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                               "tuned ones (each rank's micro-batch and accumulation kept)"),
         json_output: bool = common.JsonOpt,
         kit_options: Optional[List[str]] = common.KitOpt,
+        verify_with: Optional[str] = common.VerifyWithOpt,
+        no_verify: bool = common.NoVerifyOpt,
     ) -> None:
         """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits, no longer trains or its peak
-        grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget. The
-        config's own overrides (-O KEY=VALUE or KEY=VALUE after the file) apply to the spec it measures, as apply's."""
+        grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget. Where
+        it passes, the file's own tool trains it too (PaddleFormers' workflow, or --verify-with's command): exit 1 if
+        the tool's peak is over the limit. The config's own overrides (-O KEY=VALUE or KEY=VALUE after the file) apply
+        to the spec it measures, as apply's."""
+        problems = common.verify_flag_problems(verify_with, no_verify)
         if tolerance < 0:
-            raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
+            problems.append(f"{tuned_path}: --tolerance: must be 0 or more, got {tolerance}")
+        if problems:
+            raise common.BadFlags(problems)
         options = common.config_options(kit_options, trailing)
         spec = common.load(tuned_path, {"budget": budget, "kit.options": options}, backend)
         if checking.is_tool_file(spec):
-            verdict = checking.check_file(spec, backend, output.say, device, devices, options)
+            verdict = checking.check_file(spec, backend, output.say, device, devices, options, not no_verify,
+                                          verify_with)
         else:
-            verdict = checking.check(spec, tolerance, backend, output.say, device, strict, devices)
+            verdict = checking.check(spec, tolerance, backend, output.say, device, strict, devices, not no_verify,
+                                     verify_with)
         render_check(verdict)
         if json_output:
             output.emit_json(verdict)

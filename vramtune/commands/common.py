@@ -21,6 +21,7 @@ from vramtune import __version__
 from vramtune.commands import packages
 from vramtune.core import units
 from vramtune.core.strategy import FIELDS
+from vramtune.dialects.verify_with import problems as verify_with_problems
 from vramtune.plugins import MECHANISMS
 from vramtune.probing import interrupts
 from vramtune.probing.runner import Backend
@@ -49,6 +50,13 @@ TrailingArg = typer.Argument(None, metavar="KEY=VALUE", show_default=False,
                                   "(the same as -O KEY=VALUE)")
 KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit or PaddleFormers config's own "
                       "override (a kit's -o, e.g. -O Global.epochs=1); repeat for several")
+VerifyWithOpt = typer.Option(None, "--verify-with", metavar="COMMAND",
+                             help="the command that trains the tuned file for a few steps, {file} standing for it (a "
+                                  "vramtune spec's or a PaddleNLP arguments file's own script, e.g. \"python "
+                                  "run_finetune.py {file}\"); PaddleFormers' and the kits' files are verified by their "
+                                  "own tool without it")
+NoVerifyOpt = typer.Option(False, "--no-verify", help="write the answer without training it once with the file's own "
+                           "tool first")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "
                           "prepare, shape check, warmup, measured steps, after)")
 
@@ -156,6 +164,22 @@ class Failed(Exception):
         self.exit_code = exit_code
 
 
+def verify_flag_problems(verify_with: str | None, no_verify: bool) -> list[str]:
+    """What is wrong with --verify-with and --no-verify together (apply's and check's)."""
+    problems = [] if verify_with is None else verify_with_problems(verify_with)
+    if verify_with is not None and no_verify:
+        problems.append("--verify-with and --no-verify: choose one (a command to verify with, or no verification)")
+    return problems
+
+
+class BadFlags(Exception):
+    """Every problem with a command's flags, found before it does anything."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
 def failure_json(message: str, exit_code: int) -> dict[str, Any]:
     """What --json prints on stdout when a command fails before its result: the message stderr says (several
     problems: one a line) and the exit code."""
@@ -166,6 +190,8 @@ def _failure(error: Exception) -> tuple[list[str], int]:
     """The messages an exception is said with, and the command's exit code."""
     if isinstance(error, SpecError):
         return [str(problem) for problem in error.problems], EXIT_BAD_INPUT
+    if isinstance(error, BadFlags):
+        return list(error.problems), EXIT_BAD_INPUT
     if isinstance(error, session.USER_ERRORS):
         return [str(error)], EXIT_BAD_INPUT
     if isinstance(error, Failed):

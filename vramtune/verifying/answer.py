@@ -1,7 +1,8 @@
 """The answer verified by the user's own tool before it is written (issue 36).
 
 The search runs on vramtune's mirror of each tool's training step; the configuration `apply` is about to write is then
-trained once, bounded, by the tool itself (the file's dialect says how: `Dialect.verify`), its peak read from the
+trained once, bounded, by the tool itself (the file's dialect says how: `Dialect.verify`; or the user's own command,
+`--verify-with`), its peak read from the
 counters the probes read. Where the tool's peak does not fit, the choice is made again with the measured difference
 folded in (each other fitting probe's peak times the tool's ratio to the probe) and verified again; the report says
 each step. Where the tool cannot run here, it says why and what was verified instead (nothing)."""
@@ -16,9 +17,10 @@ from pathlib import Path
 from vramtune.core.records import Budget, Device, ProbeResult
 from vramtune.core.spec import Spec
 from vramtune.core.units import format_bytes
-from vramtune.core.verification import STEPS, Verified, VerifyRequest
-from vramtune.dialects.base import Dialect
+from vramtune.core.verification import ToolRun, Verified, VerifyRequest
+from vramtune.dialects.verify_with import any_format
 from vramtune.mechanisms.base import Mechanism
+from vramtune.plugins import DIALECTS
 from vramtune.probing.runner import Backend
 from vramtune.search.choice import choose
 
@@ -27,6 +29,7 @@ TIMEOUT = 900.0  # seconds for one bounded run of the tool (its start-up, data, 
 
 Render = Callable[[ProbeResult, Path], str]  # the tuned file's text for a result, naming where it is written
 Say = Callable[[str], None]
+ToolRunFor = Callable[[VerifyRequest], ToolRun | str]  # the bounded run of the tool for a request, or why there is none
 
 
 @dataclass
@@ -41,23 +44,23 @@ class Answer:
         return bool(self.runs) and self.runs[-1].status == "fits"
 
 
-def verify(dialect: Dialect, spec: Spec, chosen: ProbeResult, measured: Iterable[ProbeResult], render: Render,
+def verify(tool_run: ToolRunFor, spec: Spec, chosen: ProbeResult, measured: Iterable[ProbeResult], render: Render,
            output: Path, backend: Backend, device: Device, budget: Budget, mechanisms: Sequence[Mechanism],
            floor: int, command: str | None, say: Say) -> Answer:
-    """Verify `chosen` by the dialect's tool on the file `render` writes for it; where the tool's peak is over the
-    limit, choose again among the `measured` results with the tool's ratio folded in, and verify that one."""
-    if dialect.verify is None:
-        return Answer(chosen, [Verified("the file's own tool", "skipped", error=f"vramtune cannot run "
-                                        f"{dialect.name} files' own tool yet")])
+    """Verify `chosen` by the tool `tool_run` runs on the file `render` writes for it; where the tool's peak is over
+    the limit, choose again among the `measured` results with the tool's ratio folded in, and verify that one."""
     answer, candidate, ratio = Answer(chosen), chosen, 1.0
     tried: set = set()
     with tempfile.TemporaryDirectory(prefix="vramtune-verify-") as scratch:
         while candidate is not None and len(answer.runs) < ATTEMPTS:
             tried.add(candidate.strategy)
-            run = _verify_one(dialect, VerifyRequest(spec, output, candidate.strategy, device, Path(scratch), command),
+            run = _verify_one(tool_run, VerifyRequest(spec, output, candidate.strategy, device, Path(scratch), command),
                               candidate, render, backend, budget, say)
             answer.runs.append(run)
             answer.result = candidate
+            say(words(run, budget))
+            for note in run.notes:
+                say(f"  {note}")
             if run.status != "over_budget" or not run.ratio:
                 return answer
             ratio = max(ratio, run.ratio)
@@ -70,20 +73,23 @@ def verify(dialect: Dialect, spec: Spec, chosen: ProbeResult, measured: Iterable
     return answer
 
 
-def _verify_one(dialect: Dialect, request: VerifyRequest, candidate: ProbeResult, render: Render, backend: Backend,
+def _verify_one(tool_run: ToolRunFor, request: VerifyRequest, candidate: ProbeResult, render: Render, backend: Backend,
                 budget: Budget, say: Say) -> Verified:
     """One bounded run of the tool on the candidate's file, written beside the output (`request.tuned_file`: where
     its relative paths resolve as the output's will) under a hidden name, and removed after."""
     output = request.tuned_file
     tuned = output.with_name(f".{output.stem}.verifying{output.suffix}")
     request = dataclasses.replace(request, tuned_file=tuned)
-    assert dialect.verify is not None
     try:
-        tuned.write_text(render(candidate, tuned), encoding="utf-8")
-        run = dialect.verify(request)
+        try:
+            tuned.write_text(render(candidate, tuned), encoding="utf-8")
+        except OSError as error:
+            return Verified("the file's own tool", "failed", probe_bytes=candidate.used_bytes,
+                            error=f"cannot write {tuned}: {error.strerror or error}")
+        run = tool_run(request)
         if isinstance(run, str):
             return Verified("the file's own tool", "skipped", probe_bytes=candidate.used_bytes, error=run)
-        say(f"verifying {candidate.label()} with {run.tool} ({STEPS} optimizer steps)")
+        say(f"verifying {candidate.label()} with {run.tool}")
         verified = backend.verify(run, candidate.strategy, request.device, budget, TIMEOUT)
         return dataclasses.replace(verified, probe_bytes=candidate.used_bytes)
     finally:
@@ -111,3 +117,19 @@ def words(run: Verified, budget: Budget) -> str:
     peak = format_bytes(run.peak_bytes) if run.peak_bytes else "out of memory"
     verdict = "fits" if run.status == "fits" else "over the limit"
     return f"verified by {run.tool}: {peak}{against} of {format_bytes(budget.limit)}: {verdict} ({run.seconds:.1f}s)"
+
+
+def verifier(dialect_name: str, format_name: str | None, command: str | None) -> ToolRunFor | str:
+    """What trains a file written in `format_name` (None: the file's own) for a `dialect_name` file: the dialect's
+    own tool for its own format, the user's command otherwise; why nothing does, where nothing can."""
+    dialect = next(dialect for dialect in DIALECTS if dialect.name == dialect_name)
+    own = format_name in (None, dialect.format.name)
+    if own and dialect.verify is not None:
+        return dialect.verify
+    if command:
+        return any_format
+    if not own:
+        return (f"--format {format_name} is not the file's own (--format {dialect.format.name} is): name the command "
+                "that trains it to verify it, --verify-with \"... {file}\"")
+    return (f"vramtune cannot run {dialect.name} files' own tool yet: name the command that trains the tuned file "
+            "to verify it, --verify-with \"... {file}\"")

@@ -14,6 +14,7 @@ from vramtune.dialects.paddleformers.export import given_overrides, tuned_keys
 from vramtune.dialects.paddleformers.reading import read_config
 from vramtune.dialects.paddleformers.source import cpu_equivalents
 from vramtune.dialects.roundtrip import value_text
+from vramtune.dialects.verify_with import user_run
 
 TOOL = "PaddleFormers' workflow"
 
@@ -25,7 +26,14 @@ def bounded(scratch: str) -> list[str]:
 
 
 def tool_run(request: VerifyRequest) -> ToolRun | str:
-    """The workflow on the tuned file, bounded; its CPU equivalents said."""
+    """The workflow on the tuned file, bounded; its CPU equivalents said. A command the user names runs instead."""
+    if request.command:
+        return user_run(request, "PaddleFormers command", "paddleformers.trainer")
+    if request.strategy.devices > 1:
+        return (f"the workflow trains it on {request.strategy.devices} ranks, and vramtune runs it on one process "
+                "only yet: name the launch that trains it to verify it, --verify-with \"python -m "
+                f"paddle.distributed.launch --nproc_per_node {request.strategy.devices} -m paddleformers.cli.launcher "
+                "train {file}\"")
     spec, notes = request.spec, []
     config = read_config(request.tuned_file)
     kept, _ = given_overrides(config, spec.model.arguments, set(tuned_keys({}, Tuned(strategy=request.strategy))))

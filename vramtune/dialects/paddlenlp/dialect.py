@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vramtune.core.spec import Spec
 from vramtune.dialects.base import Dialect, Format, Reading
-from vramtune.dialects.paddlenlp import arguments_file, codec, export
+from vramtune.dialects.paddlenlp import arguments_file, codec, export, verify
 from vramtune.dialects.paddlenlp.reading import read_arguments, spec_from_arguments
 
 
@@ -32,4 +32,5 @@ TRAINING_ARGUMENTS = Format(export.NAME, export.SUFFIX, export.render,
                             inexpressible=partial(codec.inexpressible, accepted=export.ACCEPTED),
                             expressible_neighbour=codec.expressible_neighbour)
 DIALECT = Dialect("paddlenlp", FORMAT, recognises=lambda path: path.suffix == ".json", read=_read,
-                  per_rank_batch=True, formats=(TRAINING_ARGUMENTS,), stated=codec.stated)
+                  per_rank_batch=True, formats=(TRAINING_ARGUMENTS,), stated=codec.stated,
+                  verify=verify.tool_run)

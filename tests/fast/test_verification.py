@@ -1,0 +1,125 @@
+"""apply verifies its answer with the file's own tool before writing it (issue 36), over the fake backend: the tool's
+run is the fake's peak times its `tool_drift`, the search's and the choice's logic real."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+from conftest import CONFIGS
+from fakes import FakeDevice, MiB
+
+
+def small(drift: float = 0.0) -> FakeDevice:
+    """Fits from micro-batch 256 down (20 MiB fixed + 0.05 MiB per sample); the tool holds `drift` more."""
+    return FakeDevice(per_sample=MiB / 20, saved=MiB / 200, blocks=6, tool_drift=drift)
+
+
+@pytest.fixture
+def spec(tmp_path):
+    """The shipped MLP spec (target 2048, limit 38.0 MiB) beside its model, in a folder of the test's own."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    for name in ("mlp-python-cpu.yaml", "mlp_model.py"):
+        shutil.copy(CONFIGS / name, folder)
+    return folder / "mlp-python-cpu.yaml"
+
+
+def lines_after_search(err: str) -> list[str]:
+    """stderr from the first line about verification on."""
+    lines = err.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith(("verifying", "not verified"))):]
+
+
+def test_the_users_command_verifies_the_answer_and_the_report_says_its_peak_beside_the_probes(fake_cli, spec):
+    cli, backend = fake_cli(small())
+    code, out, err = cli("apply", spec, "--verify-with", "python train.py {file} --steps 3", "--json")
+    target = spec.with_name("mlp-python-cpu.tuned.yaml")
+    assert code == 0, err
+    assert lines_after_search(err) == [
+        "verifying fp32 m=256 k=8 r=0/6 with your training loop (vramtune.runtime)",
+        "verified by your training loop (vramtune.runtime): 32.8 MiB (probe 32.8 MiB, +0.0%) of 38.0 MiB: fits (1.0s)",
+        f"wrote {target}"]
+    hidden = spec.with_name(".mlp-python-cpu.tuned.verifying.yaml")
+    assert [run.argv for run in backend.tool_runs] == [["python", "train.py", str(hidden), "--steps", "3"]]
+    assert not hidden.exists() and yaml.safe_load(target.read_text())["tuned"]["micro_batch"] == 256
+    verification = json.loads(out)["verification"]
+    assert [(run["status"], run["ratio"], run["steps"]) for run in verification] == [("fits", 1.0, 3)]
+
+
+def test_a_tool_over_the_limit_makes_the_choice_again_with_its_difference_folded_in(fake_cli, spec):
+    """The tool holds 30% more than the probe: m=256 (32.8 MiB measured) is 42.6 MiB in the tool, over 38.0; the
+    next fastest whose measured peak times 1.3 fits is chosen, verified and written."""
+    cli, backend = fake_cli(small(drift=0.3))
+    code, out, err = cli("apply", spec, "--verify-with", "python train.py {file}", "--json")
+    assert code == 0, err
+    assert lines_after_search(err)[:5] == [
+        "verifying fp32 m=256 k=8 r=0/6 with your training loop (vramtune.runtime)",
+        "verified by your training loop (vramtune.runtime): 42.6 MiB (probe 32.8 MiB, +30.0%) of 38.0 MiB: over the "
+        "limit (1.0s)",
+        "choosing again with the tool's +30.0% folded in: fp16-o2 m=128 k=16 r=0/6 (26.4 MiB measured, 34.3 MiB with "
+        "it)",
+        "verifying fp16-o2 m=128 k=16 r=0/6 with your training loop (vramtune.runtime)",
+        "verified by your training loop (vramtune.runtime): 34.3 MiB (probe 26.4 MiB, +30.0%) of 38.0 MiB: fits (1.0s)"]
+    payload = json.loads(out)
+    assert [run["status"] for run in payload["verification"]] == ["over_budget", "fits"]
+    assert (payload["chosen"]["micro_batch"], payload["exported"]["micro_batch"]) == (256, 128)
+    tuned = yaml.safe_load(spec.with_name("mlp-python-cpu.tuned.yaml").read_text())["tuned"]
+    assert (tuned["micro_batch"], tuned["accumulation"]) == (128, 16)
+    assert len(backend.tool_runs) == 2
+
+
+def test_when_nothing_fits_with_the_tools_difference_nothing_is_written_and_apply_exits_1(fake_cli, spec):
+    cli, _ = fake_cli(small(drift=3.0))
+    code, _, err = cli("apply", spec, "--verify-with", "python train.py {file}")
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        "error: no configuration verified to fit mlp-python-cpu within the budget: your training loop "
+        "(vramtune.runtime) ran over it (see above) and no other measured one fits with its difference folded in; "
+        "nothing was written (--no-verify writes the probes' answer unverified)")
+    assert sorted(path.name for path in spec.parent.iterdir()) == ["mlp-python-cpu.yaml", "mlp_model.py"]
+
+
+def test_a_spec_without_a_command_is_written_unverified_and_says_how_to_verify_it(fake_cli, spec):
+    cli, backend = fake_cli(small(drift=3.0))
+    code, _, err = cli("apply", spec)
+    assert code == 0 and backend.tool_runs == []
+    assert lines_after_search(err)[0] == (
+        "not verified by the file's own tool: the training loop (vramtune.runtime) is your own: name it to verify the "
+        "answer with it, e.g. --verify-with \"python train.py {file}\" ({file}: the tuned file; bound it to a few "
+        "steps)")
+
+
+def test_no_verify_writes_the_probes_answer_without_a_word_of_verification(fake_cli, spec):
+    cli, backend = fake_cli(small(drift=3.0))
+    code, out, err = cli("apply", spec, "--no-verify", "--json")
+    assert code == 0 and backend.tool_runs == [] and "verif" not in err.replace(str(spec.parent), "")
+    assert json.loads(out)["verification"] == []
+
+
+def test_another_format_is_verified_by_the_users_command_only(fake_cli, spec):
+    cli, backend = fake_cli(small())
+    code, _, err = cli("apply", spec, "--format", "paddlenlp")
+    assert code == 0 and backend.tool_runs == []
+    assert lines_after_search(err)[0] == (
+        "not verified by the file's own tool: --format paddlenlp is not the file's own (--format yaml is): name the "
+        "command that trains it to verify it, --verify-with \"... {file}\"")
+    code, _, err = cli("apply", spec, "--format", "paddlenlp", "--force", "--verify-with", "python run.py {file}")
+    assert code == 0, err
+    hidden = spec.with_name(".mlp-python-cpu.tuned.verifying.json")
+    assert [run.argv for run in backend.tool_runs] == [["python", "run.py", str(hidden)]]
+    assert "verified by your command: 32.8 MiB (probe 32.8 MiB, +0.0%) of 38.0 MiB: fits (1.0s)" in err
+
+
+def test_bad_verification_flags_exit_2_before_any_probe_every_problem_at_once(fake_cli, spec):
+    cli, backend = fake_cli(small())
+    code, _, err = cli("apply", spec, "--verify-with", "python train.py", "--no-verify", "-o", "-", "--json")
+    assert code == 2 and backend.jobs == []
+    assert err.splitlines() == [
+        "error: --verify-with 'python train.py' does not name the tuned file: write {file} where it goes",
+        "error: --verify-with and --no-verify: choose one (a command to verify with, or no verification)",
+        "error: -o - and --json both write to stdout: write the file with -o FILE (the JSON report names it), or "
+        "leave out --json to get the file alone on stdout"]
+    code, _, err = cli("apply", spec, "--verify-with", "python 'train.py {file}")
+    assert (code, err) == (2, "error: --verify-with \"python 'train.py {file}\": No closing quotation\n")
