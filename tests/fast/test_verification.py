@@ -87,8 +87,8 @@ def test_a_spec_without_a_command_is_written_unverified_and_says_how_to_verify_i
     assert code == 0 and backend.tool_runs == []
     assert lines_after_search(err)[0] == (
         "not verified by the file's own tool: the training loop (vramtune.runtime) is your own: name it to verify the "
-        "answer with it, e.g. --verify-with \"python train.py {file}\" ({file}: the tuned file; bound it to a few "
-        "steps)")
+        "answer with it, e.g. --verify-with \"python train.py {file}\" ({file}: the tuned file; vramtune stops it after 3 "
+        "optimizer steps)")
 
 
 def test_no_verify_writes_the_probes_answer_without_a_word_of_verification(fake_cli, spec):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from vramtune.core.verification import ToolRun, VerifyRequest
+from vramtune.core.verification import STEPS, ToolRun, VerifyRequest
 
 PLACEHOLDER = "{file}"
 
@@ -32,9 +32,11 @@ def any_format(request: VerifyRequest) -> ToolRun | str:
 
 def user_run(request: VerifyRequest, tool: str, trainer: str = "", file: str | None = None) -> ToolRun | str:
     """The user's command with `{file}` (the tuned file, or `file`: a bounded copy of it) in its place, run from the
-    folder vramtune runs in; why not, when no command was given."""
+    folder vramtune runs in, stopped after STEPS optimizer steps; why not, when no command was given."""
     if not request.command:
         return (f"the {tool} is your own: name it to verify the answer with it, e.g. --verify-with "
-                f"\"python train.py {PLACEHOLDER}\" ({PLACEHOLDER}: the tuned file; bound it to a few steps)")
+                f"\"python train.py {PLACEHOLDER}\" ({PLACEHOLDER}: the tuned file; vramtune stops it after {STEPS} "
+                "optimizer steps)")
     argv = [part.replace(PLACEHOLDER, file or str(request.tuned_file)) for part in shlex.split(request.command)]
-    return ToolRun(f"your {tool}", argv, os.getcwd(), {"VRAMTUNE_VERIFY_TRAINER": trainer} if trainer else {})
+    env = {"VRAMTUNE_VERIFY_STEPS": str(STEPS), **({"VRAMTUNE_VERIFY_TRAINER": trainer} if trainer else {})}
+    return ToolRun(f"your {tool}", argv, os.getcwd(), env)

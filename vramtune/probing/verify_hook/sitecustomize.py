@@ -4,6 +4,7 @@ the user's own tool on a tuned file; it acts only when $VRAMTUNE_VERIFY_OUT is s
   paddleformers.trainer, paddlenlp.trainer), else at start-up (a kit's tools/train.py, a vramtune.runtime loop), and
   writes the peak as JSON to $VRAMTUNE_VERIFY_OUT when train() returns, else at exit — the counters the probes
   read: the host allocator's on a CPU, the device's on a GPU;
+- with $VRAMTUNE_VERIFY_STEPS, it ends the run once the optimizer has stepped that many times (figures written);
 - on a CPU only, it makes paddle.device.synchronize() a no-op and records that it did: PaddleFormers' Trainer calls it
   before each optimizer step with gradient accumulation and it raises there ("device should be gpu, xpu"); a CPU runs
   every op in order, so the no-op changes neither memory nor results.
@@ -63,6 +64,40 @@ if OUT:
 
         trainer.train = train
 
+    def bound(limit: int) -> None:
+        """Stop the run once its optimizer has stepped `limit` times (the outermost step or minimize of any
+        optimizer, a GradScaler's included), its figures written: a kit's tools/train.py or the user's own command
+        is bounded without a flag of its own. The child's group is swept by vramtune after it exits."""
+        state = {"depth": 0, "steps": 0}
+
+        def wrap_method(cls, name: str) -> None:
+            original = cls.__dict__[name]
+
+            def stepped(self, *args, **kwargs):
+                state["depth"] += 1
+                try:
+                    result = original(self, *args, **kwargs)
+                finally:
+                    state["depth"] -= 1
+                if state["depth"] == 0:
+                    state["steps"] += 1
+                    if state["steps"] >= limit:
+                        write(steps=state["steps"])
+                        os._exit(0)
+                return result
+
+            setattr(cls, name, stepped)
+
+        pending = [paddle.optimizer.Optimizer]
+        while pending:
+            cls = pending.pop()
+            pending += cls.__subclasses__()
+            for name in ("step", "minimize"):
+                if name in cls.__dict__:
+                    wrap_method(cls, name)
+
+    if os.environ.get("VRAMTUNE_VERIFY_STEPS"):
+        bound(int(os.environ["VRAMTUNE_VERIFY_STEPS"]))
     if os.environ.get("VRAMTUNE_VERIFY_TRAINER"):
         wrap(os.environ["VRAMTUNE_VERIFY_TRAINER"])
     else:
