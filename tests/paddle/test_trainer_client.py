@@ -162,3 +162,19 @@ def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budg
         larger = max(chosen["peak_bytes"], eval_peak)
         assert abs(trainer["whole_run_peak_bytes"] - larger) <= 0.05 * larger, (trainer, chosen, eval_peak)
     assert max(trainer["peak_bytes"], trainer["whole_run_peak_bytes"]) <= limit
+
+
+def test_apply_verifies_the_answer_with_the_users_trainer_script(cli, tmp_path, monkeypatch):
+    """--verify-with names the user's Trainer script (issue 36): apply gives it a bounded copy of the tuned file
+    (max_steps 3, nothing saved) and reads the Trainer's peak beside the probe's before it writes."""
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-llama")
+    tuned_path = tmp_path / "tuned.json"
+    code, out, err = cli("apply", path, "--device", "cpu", "--budget", "120MiB", "-o", tuned_path, "--json",
+                         "--verify-with", f"{sys.executable} {RUNNER} {{file}}")
+    assert code == 0, err
+    [run] = json.loads(out)["verification"]
+    assert (run["tool"], run["status"], run["steps"]) == ("your PaddleNLP Trainer script", "fits", 3), run
+    assert 0.95 <= run["ratio"] <= 1.05, run
+    assert "save_strategy" not in json.loads(tuned_path.read_text())  # the bounds are the copy's, not the file's
+    assert not (tmp_path / "checkpoints").exists()
