@@ -26,8 +26,12 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 # A suite started in the background by a script (no job control) inherits SIGINT ignored, and so would every
 # vramtune it starts: the Ctrl-C tests (tests/paddle/test_faults.py) would then wait for an interrupt that never
 # comes. Ctrl-C is the user's, at a terminal: give the tests' processes its default.
+# Likewise `nohup` (or a CI runner that detaches) starts it with SIGHUP ignored: the closed-terminal tests
+# (tests/paddle/test_signals.py, tests/fast/test_interrupts.py) need the default a terminal's child has.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 # Each NLP stack lives in its own environment (docs/environments.md); make test runs both.
 needs_paddlenlp = pytest.mark.skipif(importlib.util.find_spec("paddlenlp") is None,
