@@ -19,25 +19,19 @@ OUT = os.environ.get("VRAMTUNE_VERIFY_OUT")
 if OUT:
     import paddle
 
-    CORE = paddle.base.core if hasattr(paddle, "base") else paddle.fluid.core
+    from vramtune.child.counters import MemoryCounters  # the probes' counters: 2.6 and 3.x, CPU and GPU
+
     DEVICE = os.environ.get("VRAMTUNE_VERIFY_DEVICE", "cpu")  # cpu, or gpu:N as the probes ran
     GPU = DEVICE.startswith("gpu")
+    COUNTERS = MemoryCounters("gpu" if GPU else "cpu", int(DEVICE.partition(":")[2] or 0))
     STATE = {"started": time.time(), "stubbed": [], "written": False}
 
     def reset() -> None:
-        if GPU:
-            paddle.device.synchronize(DEVICE)
-            paddle.device.cuda.reset_max_memory_allocated(DEVICE)
-            paddle.device.cuda.reset_max_memory_reserved(DEVICE)
-        elif hasattr(CORE, "host_memory_stat_reset_peak_value"):  # Paddle 2.6 cannot reset: the process's peak
-            CORE.host_memory_stat_reset_peak_value("Allocated", 0)
+        COUNTERS.start()  # where Paddle cannot reset (2.6), the process's peak
 
     def figures() -> dict:
-        if GPU:
-            paddle.device.synchronize(DEVICE)
-            return {"peak_bytes": int(paddle.device.cuda.max_memory_allocated(DEVICE)),
-                    "reserved_bytes": int(paddle.device.cuda.max_memory_reserved(DEVICE))}
-        return {"peak_bytes": int(CORE.host_memory_stat_peak_value("Allocated", 0)), "reserved_bytes": None}
+        allocated, reserved = COUNTERS.peak()
+        return {"peak_bytes": allocated, "reserved_bytes": reserved}
 
     def write(**extra) -> None:
         STATE["written"] = True
