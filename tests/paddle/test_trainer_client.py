@@ -1,5 +1,9 @@
 """The real client: what vramtune exports for a PaddleNLP arguments file runs through PaddleNLP's own Trainer
-(tests/clients/trainer_run.py, a script of the kind the llm scripts are) and peaks where vramtune measured."""
+(tests/clients/trainer_run.py, a script of the kind the llm scripts are) and peaks where vramtune measured.
+
+The axes (issue 36): accumulation 1, 2 and 8, with and without evaluation, LoRA and full, each within the band
+(tests/band.py). Beside the probe's step the Trainer holds what its DataLoaders read ahead: 5 batches each on a CPU
+without workers (Paddle 2.6's defaults, whatever the accumulation), which the probe holds too."""
 from __future__ import annotations
 
 import json
@@ -8,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from band import assert_in_band
 from conftest import ROOT, SPECS, needs_paddlenlp
 
 pytestmark = [pytest.mark.paddle, needs_paddlenlp]
@@ -162,3 +167,27 @@ def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budg
         larger = max(chosen["peak_bytes"], eval_peak)
         assert abs(trainer["whole_run_peak_bytes"] - larger) <= 0.05 * larger, (trainer, chosen, eval_peak)
     assert max(trainer["peak_bytes"], trainer["whole_run_peak_bytes"]) <= limit
+
+
+@pytest.mark.parametrize(("fine_tuning", "accumulation", "evaluates"),
+                         [("lora", 1, False), ("full", 2, True), ("lora", 8, True)])
+def test_the_trainer_peaks_where_the_probe_measured_on_each_axis(cli, tmp_path, monkeypatch, fine_tuning,
+                                                                accumulation, evaluates):
+    """Tiny Llama at m=2 x 256 tokens, 3 optimizer steps, evaluated at batch 16 after the last where asked (the
+    evaluation's peak, above training's here, is the run's on Paddle 2.6, which cannot reset the counter)."""
+    monkeypatch.chdir(tmp_path)
+    path, _ = arguments_file(tmp_path, "tiny-llama", per_device_train_batch_size=2, device="cpu",
+                             gradient_accumulation_steps=accumulation,
+                             **({"lora": True, "lora_rank": 8} if fine_tuning == "lora" else {}),
+                             **({"do_eval": True, "per_device_eval_batch_size": 16} if evaluates else {}))
+    code, out, err = cli("measure", path, "--device", "cpu", "-m", 2, "-k", accumulation, "--budget", "1GiB", "--json")
+    assert code == 0, err
+    probe = json.loads(out)
+    trainer = trainer_peak(path, tmp_path)
+    assert_in_band(probe["peak_bytes"], trainer["peak_bytes"], "training: ")
+    if evaluates:
+        evaluation = probe["eval_peaks"]["16"]
+        if trainer["eval_peak_bytes"] is not None:  # Paddle 3 resets the peak: evaluation's own
+            assert_in_band(evaluation, trainer["eval_peak_bytes"], "evaluation: ")
+        else:
+            assert_in_band(max(probe["peak_bytes"], evaluation), trainer["whole_run_peak_bytes"], "the run: ")
