@@ -23,7 +23,6 @@ from conftest import ROOT, needs_paddleformers
 from formers_client import FORMERS, workflow_peak, write_config
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
-TOLERANCE = 0.05
 
 
 def tune(cli, path, *flags) -> tuple:
@@ -56,7 +55,7 @@ def test_sft_lora_recompute_tuned_file_trains_in_the_workflow_at_the_measured_pe
                                         "FILE` gates it in CI\n")  # a comment the workflow's loader drops
     peak = workflow_peak(tuned, tmp_path)
     assert peak["steps"] == 4
-    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+    assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
 def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
@@ -71,7 +70,7 @@ def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_
     assert set(changes) <= {"per_device_train_batch_size", "gradient_accumulation_steps", "recompute_granularity",
                             "recompute_method", "recompute_num_layers"}
     peak = workflow_peak(tuned, tmp_path)
-    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+    assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
 def test_dpo_lora_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
@@ -82,7 +81,7 @@ def test_dpo_lora_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tm
     assert chosen["micro_batch"] * chosen["accumulation"] == 4
     assert "the longest of the 4 training samples kept" in said
     peak = workflow_peak(tuned, tmp_path)
-    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+    assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
 def test_the_shipped_example_trains_in_the_workflow_as_it_is(tmp_path):
