@@ -11,10 +11,16 @@ import os
 OVER, UNDER = 0.01, 0.005
 
 
-def assert_in_band(probe: int, tool: int, what: str = "") -> None:
+def log_band(probe: int, tool: int, what: str = "") -> float:
+    """Appends the comparison to $VRAMTUNE_BAND_LOG when set (also for a test holding its own tolerance); the ratio."""
     ratio = probe / tool
     if os.environ.get("VRAMTUNE_BAND_LOG"):
         with open(os.environ["VRAMTUNE_BAND_LOG"], "a", encoding="utf-8") as log:
             log.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], "what": what,
                                   "probe": probe, "tool": tool, "ratio": round(ratio, 6)}) + "\n")
+    return ratio
+
+
+def assert_in_band(probe: int, tool: int, what: str = "") -> None:
+    ratio = log_band(probe, tool, what)
     assert 1 - UNDER <= ratio <= 1 + OVER, f"{what}probe {probe:,} B / tool {tool:,} B = {ratio:.4f}"

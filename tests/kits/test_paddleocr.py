@@ -10,7 +10,7 @@ from pathlib import Path
 import kit_client as client
 import pytest
 import yaml
-from band import assert_in_band
+from band import assert_in_band, log_band
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
@@ -196,6 +196,7 @@ def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     assert "eval model" in output and "EMA enabled" in output
     without_ema, _ = client.run_train(CHECKOUT, out, options, tmp_path, one_flag=True)
     probed = max(exported["peak_bytes"], exported["eval_peaks"]["4"])
+    log_band(probed, with_ema)
     assert with_ema == pytest.approx(probed, rel=0.01)
     assert with_ema - without_ema == pytest.approx(probed - max(plain["peak_bytes"], plain["eval_peaks"]["4"]),
                                                    rel=0.05)
@@ -232,4 +233,5 @@ def test_the_kits_own_train_holds_what_its_dataloader_reads_ahead_as_the_probe_d
     options = [option for option in ocr_dataset(tmp_path / "data", train=16 * 12, evaluate=4, characters=characters)
                if not option.startswith("Global.eval_batch_step")]
     peak, _ = client.run_train(CHECKOUT, CHECKOUT / EN_V3, [*shape, *options], tmp_path, one_flag=True)
+    log_band(probed, peak)
     assert peak == pytest.approx(probed, rel=0.005)
