@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from vramtune.core.strategy import Strategy  # noqa: E402
-from vramtune.estimating.run import estimate  # noqa: E402
+from vramtune.estimating.spec_estimate import estimate  # noqa: E402
 from vramtune.memory.state import Factors, Given, row  # noqa: E402
 from vramtune.plugins import MECHANISMS  # noqa: E402
 from vramtune.probing.runner import ChildBackend  # noqa: E402

@@ -141,7 +141,7 @@ def test_seq_len_and_batch_are_refused_for_a_spec(fake_cli):
 
 
 def test_the_rows_explore_what_the_specs_settings_allow(fake_cli, write_spec):
-    """Each mechanism's spec_estimate_choices reads its settings: the AMP modes allowed, sharding off, recompute off."""
+    """The rows explore what the spec's settings allow: the AMP modes allowed, sharding off, recompute off."""
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=MiB / 100, saved=MiB / 1000, blocks=6))
     path = write_spec(mlp_spec(**{"search.precisions": ["bf16-o2"], "search.sharding": "off",
                                   "search.recompute": "off"}))
@@ -168,7 +168,7 @@ def test_calibrating_takes_a_kits_ema_out_of_both_sides():
     """A GPU probe of a PaddleOCR config with Global.use_ema holds the EMA's fp32 shadows and the kept copies of the
     weights at its own precision (held.py), the CPU fit holds them in fp32: the AMP factor is the activations' alone."""
     from vramtune.core.records import ProbeResult
-    from vramtune.estimating.run import calibrated
+    from vramtune.estimating.factors import calibrated
     from vramtune.memory import held
     from vramtune.memory.state import ActivationFit
 

@@ -15,14 +15,15 @@ from vramtune.dialects.kits import KITS
 from vramtune.dialects.kits import export as kit_export
 from vramtune.estimating.answer import answer
 from vramtune.estimating.asking import question
-from vramtune.estimating.run import estimate, gpu_probes
+from vramtune.estimating.factors import gpu_probes
+from vramtune.estimating.spec_estimate import estimate
 from vramtune.memory.held import notes as held_notes
 from vramtune.memory.state import Row
 from vramtune.probing.runner import Backend
 from vramtune.probing.store import StoreError
 from vramtune.render import output
 from vramtune.render.answer import render_answer
-from vramtune.render.console import render_estimate
+from vramtune.render.estimate import render_estimate
 from vramtune.spec import Problem, Spec, SpecError
 
 

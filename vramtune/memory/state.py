@@ -74,8 +74,6 @@ class Counting(Protocol):
 
     def rerun_layers(self, strategy: Strategy) -> int: ...
 
-    def preference(self, strategy: Strategy) -> list[tuple[int, Any]]: ...
-
 
 @dataclass
 class ActivationFit:
@@ -162,17 +160,6 @@ class Row:
     def to_json(self) -> dict[str, Any]:
         return {**self.strategy.to_json(), **self.state, "activations": self.activations, "allocator": self.allocator,
                 "fits": self.fits, "peak_bytes": self.peak, "reserved_bytes": self.reserved}
-
-    def preference(self, mechanisms: Sequence[Counting]) -> tuple:
-        """The predicted best first, by every mechanism's criteria in their ranks (AMP O2, O1, fp32; the fewest
-        layers recomputed; the largest micro-batch; the lowest stage)."""
-        criteria = [criterion for mechanism in mechanisms for criterion in mechanism.preference(self.strategy)]
-        return tuple(key for _, key in sorted(criteria, key=lambda criterion: criterion[0]))
-
-
-def recompute_levels(layers: int) -> list[int]:
-    """None, a quarter, half, three quarters and every layer recomputed."""
-    return sorted({0, layers // 4, layers // 2, 3 * layers // 4, layers})
 
 
 def state(mechanisms: Sequence[Counting], counts: Counts, strategy: Strategy, given: Given) -> dict[str, int]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramtune.core.spec import Spec
+from vramtune.core.strategy import Strategy
 from vramtune.dialects.base import Dialect, Format, Reading
-from vramtune.dialects.kits import export, kit_of, kit_spec
+from vramtune.dialects.kits import KITS, export, kit_of, kit_spec, kit_stated
 from vramtune.dialects.yaml_file import read_yaml
 
 
@@ -30,7 +31,18 @@ def _read(path: Path, options: list[str], read_data: bool) -> Reading:
     return Reading(*kit_spec(kit, raw, path, options))
 
 
+def _stated(spec: Spec, device_kind: str) -> Strategy:
+    """The strategy the config states, read as its kit reads it (a batch in its base files, or set by the overrides,
+    included) over the spec's ranks. A CPU trains fp32 whatever its AMP keys say (Paddle's AMP does nothing there),
+    as a probe there runs it."""
+    path = Path(spec.path)
+    stated = kit_stated(KITS[spec.source], read_yaml(path), path, spec.model.options)
+    if device_kind == "cpu":
+        stated["precision"] = "fp32"
+    return Strategy(devices=spec.devices, **stated)
+
+
 FORMAT = Format(export.NAME, export.SUFFIX, export.render, trained_by="for the kit's own tools/train.py",
                 refuses=_needs_a_kit, prefer=export.prefer)
 DIALECT = Dialect("kit", FORMAT, recognises=export.is_kit_config, read=_read, takes_options=True,
-                  per_rank_batch=True, refuses=_others)
+                  per_rank_batch=True, refuses=_others, stated=_stated)

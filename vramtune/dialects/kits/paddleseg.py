@@ -25,11 +25,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.kits.config import Kit, KitError, KitSource, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
-from vramtune.sources.base import BuildError
 
 BATCH = "batch_size"
 LOADER = "paddleseg/cvlibs/config.py"
@@ -179,6 +179,10 @@ class PaddleSeg(Kit):
         # a batch of 1 normalises one value per channel in the pooled branches (PP-LiteSeg's SPPM, ...)
         return batch_only_spec(self, path, checkout, options, [f"{key}=None" for key in dropped], batch,
                                optimizer), warnings
+
+    def stated(self, raw, path, options):
+        """The batch alone: AMP is a flag of tools/train.py, and the kit neither accumulates nor compiles."""
+        return {"micro_batch": positive_batch(read_config(self.checkout(path), path, options), BATCH, path)}
 
     def changes(self, raw, tuned):
         return {BATCH: tuned.strategy.micro_batch}, [*smaller_batch(LR_ADVICE, tuned), *base_advice(raw, "_base_")]

@@ -1,40 +1,39 @@
-"""The spec estimate's rendering (`vramtune estimate SPEC`) and what the config.json estimate's (answer.py) shares
-with it: the strategy columns, the predicted peaks, what fills a peak, the preferences."""
+"""The estimate's table for people (stderr), for a spec's estimate and a config.json's answer alike: per strategy but
+its micro-batch, the largest micro-batch predicted to fit and the next one up; the predicted best and what fills it."""
 from __future__ import annotations
-
-from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import Facts, Strategy
 from vramtune.core.units import format_bytes
-from vramtune.plugins import MECHANISMS
+from vramtune.estimating.rows import PREFERENCES, counted_facts
+from vramtune.estimating.spec_estimate import Estimate
+from vramtune.memory.state import Row
 from vramtune.render.output import console, say
 from vramtune.render.words import best_words
 
 STATE_WORDS = {"weights": "weights", "gradients": "gradients", "optimizer_state": "optimizer state",
-               "ema": "EMA and the copies kept (counted)"}
+               "amp_copies": "AMP O1 weight copies", "buffers": "data-parallel buffers",
+               "ema": "EMA and the copies kept (counted)"}  # the counted state's parts (memory.state.state)
 
 
-def estimate_facts(counts: Any) -> dict[str, Any]:
-    """The mechanisms' facts about the model as the estimate counted them (estimating.model.Counts)."""
-    return {key: value for mechanism in MECHANISMS for key, value in mechanism.counted_facts(counts).items()}
+def strategy_cells(strategy: Strategy, facts: Facts) -> list[tuple[str, str]]:
+    """The estimate table's strategy columns, (heading, cell): the precision, the layers recomputed of the counted
+    blocks, the sharding stage."""
+    blocks = strategy.recomputed_blocks
+    return [("precision", strategy.precision),
+            ("recompute", f"{blocks}/{facts.get('total_blocks') or 0}" if blocks else "-"),
+            ("stage", str(strategy.sharding_stage))]
 
 
-def strategy_cells(strategy: Strategy, facts: dict[str, Any]) -> list[tuple[str, str]]:
-    """The estimate table's strategy columns, (heading, cell), each mechanism's in registry order."""
-    cells = (mechanism.column(strategy, facts) for mechanism in MECHANISMS)
-    return [cell for cell in cells if cell]
-
-
-def add_strategy_columns(table: Table, strategy: Strategy, facts: dict[str, Any]) -> None:
+def add_strategy_columns(table: Table, strategy: Strategy, facts: Facts) -> None:
     """Numbers (and "-" for none) to the right, words to the left."""
     for heading, cell in strategy_cells(strategy, facts):
         table.add_column(heading, justify="right" if cell == "-" or cell[:1].isdigit() else "left")
 
 
-def add_peak_rows(table: Table, rows: list[Any], facts: dict[str, Any], *first: str) -> None:
+def add_peak_rows(table: Table, rows: list[Row], facts: Facts, *first: str) -> None:
     """Per strategy but its micro-batch (in the rows' order): the largest micro-batch predicted to fit and the next one
     up, over, with their peaks; `first` cells before each row's."""
     groups: dict[tuple, list] = {}
@@ -52,25 +51,22 @@ def add_peak_rows(table: Table, rows: list[Any], facts: dict[str, Any], *first: 
                       format_bytes(above.reserved) if above else "-")
 
 
-def fills(row: Any) -> str:
+def fills(row: Row) -> str:
     """What fills a predicted peak: the counted state by part, the activations, the allocator's reserve."""
-    named = {**STATE_WORDS, **{part: words for mechanism in MECHANISMS
-                               for part, words in mechanism.state_parts.items()}}
-    parts = {**{named[part]: size for part, size in row.state.items()}, "activations": row.activations,
+    parts = {**{STATE_WORDS[part]: size for part, size in row.state.items()}, "activations": row.activations,
              "allocator reserve": row.allocator}
     return "  what fills it: " + ", ".join(f"{name} {format_bytes(size)}" for name, size in parts.items() if size)
 
 
 def preferences() -> str:
     """The estimate's preferences in words, in their order (speed is not estimated)."""
-    said = sorted(mechanism.preferred for mechanism in MECHANISMS if mechanism.preferred)
-    return "; ".join(words for _, words in said)
+    return "; ".join(PREFERENCES)
 
 
-def render_estimate(estimate: Any) -> None:
+def render_estimate(estimate: Estimate) -> None:
     """Per strategy: the largest micro-batch predicted to fit (and the next one up, over), then the predicted best and
     what fills its peak."""
-    limit, facts = estimate.budget.limit, estimate_facts(estimate.counts)
+    limit, facts = estimate.budget.limit, counted_facts(estimate.counts)
     table = Table(title=f"predicted per-rank peaks within {format_bytes(limit)} ({estimate.devices} rank"
                         f"{'s' if estimate.devices > 1 else ''}; {estimate.depth_probed} probed on CPU)",
                   title_justify="left")
