@@ -6,10 +6,13 @@ PaddleNLP's own Trainer trains a model built from `model_name_or_path` (a local 
 weights) on random token ids. As PaddleNLP's llm scripts do (llm/finetune_generation.py, 2.8.1), the model arguments
 (recompute_granularity, no_recompute_layers) go on the model's config, the sequence length is max_length, prefix
 tuning and then LoRA wrap the model (LoRA: the script's Llama target modules, alpha 2 x rank, merge_weights off);
-every other key is a TrainingArguments field, parsed by PdArgumentParser. With do_eval, the Trainer then evaluates
-two batches of per_device_eval_batch_size, keeping argmax predictions as the llm scripts' CausalLMTrainer does. Prints one JSON line: the peak allocated bytes of the steps
-after the first optimizer step (when the optimizer state exists), and of the evaluation, read from Paddle's
-allocator counters (on Paddle 2.6, which cannot reset them, the process's peak; no evaluation peak of its own).
+every other key is a TrainingArguments field, parsed by PdArgumentParser. With do_eval, the Trainer evaluates after
+the last step, inside its training loop (its training DataLoader still reading ahead), two batches of
+per_device_eval_batch_size, keeping argmax predictions as the llm scripts' CausalLMTrainer does. Both data sets
+hold READ_AHEAD batches more than the loop takes, so that their DataLoaders read ahead as on a real data set. Prints
+one JSON line: the peak allocated bytes of the steps after the first optimizer step (when the optimizer state
+exists), and of the evaluation, read from Paddle's allocator counters (on Paddle 2.6, which cannot reset them, the
+process's peak; no evaluation peak of its own).
 """
 from __future__ import annotations
 
@@ -56,22 +59,32 @@ class ArgmaxTrainer(Trainer):
         return loss, logits, labels
 
 
+READ_AHEAD = 8  # batches beyond the loop's: the Trainer's DataLoader holds 5 ahead (Paddle 2.6's defaults, no workers)
+EVALUATED = 2  # evaluation steps (max_evaluate_steps)
+
 # Paddle 2.6 cannot reset the peak: there every peak is the process's since it started (as vramtune's probes are
 # on 2.6), and evaluation's cannot be told apart from training's.
 RESETS = hasattr(core, "host_memory_stat_reset_peak_value")
 
 
 class Peak(TrainerCallback):
-    """Reset the allocator's peak after the first optimizer step (where Paddle can), read it after the last."""
+    """Reset the allocator's peak after the first optimizer step (where Paddle can), read it after the last; the
+    evaluation's, which follows, from there."""
 
     def __init__(self) -> None:
-        self.peak = None
+        self.peak = self.eval_peak = None
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == 1 and RESETS:
             core.host_memory_stat_reset_peak_value("Allocated", 0)
         if state.global_step == args.max_steps:
             self.peak = int(core.host_memory_stat_peak_value("Allocated", 0))
+            if RESETS:
+                core.host_memory_stat_reset_peak_value("Allocated", 0)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if RESETS:
+            self.eval_peak = int(core.host_memory_stat_peak_value("Allocated", 0))
 
 
 def main() -> None:
@@ -84,7 +97,8 @@ def main() -> None:
     model_args = {key: arguments.pop(key) for key in MODEL_KEYS if key in arguments}
     evaluates = arguments.pop("do_eval", False)
     arguments.update(max_steps=options.steps, report_to="none", save_strategy="no", logging_strategy="no",
-                     evaluation_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+                     evaluation_strategy="steps" if evaluates else "no", eval_steps=options.steps,
+                     max_evaluate_steps=EVALUATED, disable_tqdm=True, dataloader_num_workers=0,
                      output_dir=tempfile.mkdtemp(prefix="trainer-run-"), overwrite_output_dir=True)
     folder = tempfile.mkdtemp(prefix="trainer-args-")
     with open(os.path.join(folder, "args.json"), "w", encoding="utf-8") as handle:
@@ -121,23 +135,20 @@ def main() -> None:
         rank = model_args.get("lora_rank", 8)
         model = LoRAModel(model, LoRAConfig(target_modules=LLAMA_LORA_TARGETS, r=rank, lora_alpha=2 * rank,
                                             merge_weights=False, dtype="float32"))
-    batch = training.per_device_train_batch_size * training.gradient_accumulation_steps
-    data = RandomData(options.steps * batch, model_args["max_length"], config.vocab_size,
-                      None if causal else config.num_labels)
+    micro, labels = training.per_device_train_batch_size, None if causal else config.num_labels
+    data = RandomData((options.steps * training.gradient_accumulation_steps + READ_AHEAD) * micro,
+                      model_args["max_length"], config.vocab_size, labels)
+    evaluation = RandomData((EVALUATED + READ_AHEAD) * training.per_device_eval_batch_size, model_args["max_length"],
+                            config.vocab_size, labels) if evaluates else None
     peak = Peak()
-    trainer = (ArgmaxTrainer if causal else Trainer)(model=model, args=training, train_dataset=data, callbacks=[peak])
+    trainer = (ArgmaxTrainer if causal else Trainer)(model=model, args=training, train_dataset=data,
+                                                     eval_dataset=evaluation, callbacks=[peak])
     trainer.train()
-    eval_peak = None
-    if evaluates:  # after training: the weights, zeroed gradients and optimizer state are resident, as mid-training
-        if RESETS:
-            core.host_memory_stat_reset_peak_value("Allocated", 0)
-        trainer.evaluate(RandomData(2 * training.per_device_eval_batch_size, model_args["max_length"],
-                                    config.vocab_size, None if causal else config.num_labels))
-        eval_peak = int(core.host_memory_stat_peak_value("Allocated", 0)) if RESETS else None
-    print(json.dumps({"peak_bytes": peak.peak, "eval_peak_bytes": eval_peak,
-                      "whole_run_peak_bytes": int(core.host_memory_stat_peak_value("Allocated", 0)),
-                      "micro_batch": training.per_device_train_batch_size,
-                      "accumulation": training.gradient_accumulation_steps, "recompute": training.recompute}))
+    last = int(core.host_memory_stat_peak_value("Allocated", 0))  # on Paddle 2.6 the process's
+    print(json.dumps({"peak_bytes": peak.peak, "eval_peak_bytes": peak.eval_peak,
+                      "whole_run_peak_bytes": max(last, peak.peak, peak.eval_peak or 0),
+                      "micro_batch": micro, "accumulation": training.gradient_accumulation_steps,
+                      "recompute": training.recompute}))
 
 
 if __name__ == "__main__":

@@ -5,18 +5,24 @@ train`) trains the tuned file on CPU with a tiny local model folder and peaks wh
 The workflow's training peak is the host allocator's peak over Trainer.train() (tests/formers/hook/sitecustomize.py);
 the one change made to the workflow is there: on CPU, paddle.device.synchronize() (called by the Trainer with
 gradient accumulation, and raising "device should be gpu, xpu" on CPU) is a no-op. vramtune's probes do not run
-the Trainer and do not depend on it."""
+the Trainer and do not depend on it.
+
+The axes (issue 36): accumulation 1, 2 and 8, with and without evaluation, LoRA and full, each within the band
+(tests/band.py) on rows of one length, which the probe trains at and the workflow pads its batches to. What the
+workflow holds beside the probe's step is its DataLoader's read-ahead: max(k, 2) + prefetch_factor + 1 batches
+(reader_buffer_size=max(gradient_accumulation_steps, 2)), 11 at k=8, and the evaluation loader's 5, which the probe
+holds too (vramtune/dialects/paddleformers/building.py)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 import yaml
+from band import assert_in_band
 from conftest import ROOT, needs_paddleformers
 from formers_client import FORMERS, workflow_peak, write_config
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
-TOLERANCE = 0.05
 
 
 def tune(cli, path, *flags) -> tuple:
@@ -49,7 +55,7 @@ def test_sft_lora_recompute_tuned_file_trains_in_the_workflow_at_the_measured_pe
                                         "FILE` gates it in CI\n")  # a comment the workflow's loader drops
     peak = workflow_peak(tuned, tmp_path)
     assert peak["steps"] == 4
-    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+    assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
 def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
@@ -64,7 +70,7 @@ def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_
     assert set(changes) <= {"per_device_train_batch_size", "gradient_accumulation_steps", "recompute_granularity",
                             "recompute_method", "recompute_num_layers"}
     peak = workflow_peak(tuned, tmp_path)
-    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+    assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
 def test_dpo_lora_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
@@ -75,10 +81,40 @@ def test_dpo_lora_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tm
     assert chosen["micro_batch"] * chosen["accumulation"] == 4
     assert "the longest of the 4 training samples kept" in said
     peak = workflow_peak(tuned, tmp_path)
-    assert abs(peak["peak_bytes"] - chosen["peak_bytes"]) <= TOLERANCE * chosen["peak_bytes"], (peak, chosen)
+    assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
 def test_the_shipped_example_trains_in_the_workflow_as_it_is(tmp_path):
     """configs/formers-sft-lora-cpu.yaml is a file PaddleFormers trains (from the repository root)."""
     peak = workflow_peak(ROOT / "configs" / "formers-sft-lora-cpu.yaml", ROOT, f"output_dir={tmp_path / 'out'}")
     assert peak["steps"] == 4 and peak["peak_bytes"] > 0
+
+
+# LoRA with evaluation is not among them: PaddleFormers 1.2.0's evaluation_loop raises NameError (GPTModel) on a
+# LoRAModel where paddlefleet is not installed
+AXES = [("lora", 1, False), ("lora", 8, False), ("full", 2, True), ("full", 8, True)]
+EVALUATES = {"do_eval": True, "evaluation_strategy": "steps", "eval_steps": 1, "eval_dataset_type": "erniekit",
+             "eval_dataset_prob": "1.0", "per_device_eval_batch_size": 2, "prediction_loss_only": True}
+
+
+@pytest.mark.parametrize(("fine_tuning", "accumulation", "evaluates"), AXES)
+def test_the_workflow_peaks_where_the_probe_measured_on_each_axis(cli, tmp_path, monkeypatch, fine_tuning,
+                                                                 accumulation, evaluates):
+    """m=2 over 64 rows of 78 tokens (enough batches for the loaders to stay full), 2 optimizer steps (after the
+    first the optimizer state exists, as in the probe's measured steps), evaluated after each where asked (its loss
+    only: what each evaluation step keeps is the report's words, not the peak's)."""
+    monkeypatch.chdir(tmp_path)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(((FORMERS / "sft.jsonl").read_text().splitlines()[1] + "\n") * 64, encoding="utf-8")
+    path = write_config(tmp_path, train_dataset_path=str(rows), fine_tuning=fine_tuning,
+                        lora_rank=8 if fine_tuning == "lora" else None, per_device_train_batch_size=2,
+                        gradient_accumulation_steps=accumulation, max_steps=2,
+                        **({**EVALUATES, "eval_dataset_path": str(rows)} if evaluates else {}))
+    code, out, err = cli("measure", path, "--device", "cpu", "-m", 2, "-k", accumulation, "--budget", "1GiB", "--json")
+    assert code == 0, err
+    probe = json.loads(out)
+    tool = workflow_peak(path, tmp_path)
+    assert tool["steps"] == 2
+    assert_in_band(probe["peak_bytes"], tool["peak_bytes"], "training: ")
+    if evaluates:
+        assert_in_band(probe["eval_peaks"]["2"], tool["eval_peak_bytes"], "evaluation: ")

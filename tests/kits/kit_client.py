@@ -1,6 +1,6 @@
 """The real client: a kit's own, unmodified tools/train.py run on a config vramtune wrote, bounded by the kit's own
 keys (one epoch over a tiny synthetic dataset made here), with a peak hook: a sitecustomize on PYTHONPATH that
-prints Paddle's host allocator peak when the process exits."""
+prints Paddle's host allocator peak when the process exits, and PaddleOCR's evaluations' apart (eval_peak)."""
 from __future__ import annotations
 
 import os
@@ -11,13 +11,58 @@ from pathlib import Path
 
 KITS = Path(os.environ.get("VRAMTUNE_KITS", Path(__file__).resolve().parents[2].parent / "shared" / "kits"))
 PEAK = re.compile(r"VRAMTUNE_KIT_PEAK (\d+)")
-HOOK = """import atexit, sys
+EVAL_PEAK = re.compile(r"VRAMTUNE_KIT_EVAL_PEAK (\d+)")
+HOOK = """import atexit, importlib.abc, importlib.util, sys
+
+peaks = {"run": 0, "eval": None}
+
+
+def _phase(name):
+    \"\"\"The peak since the last reset kept as the run's (and the phase's); the counter reset for the next.\"\"\"
+    core = sys.modules["paddle"].base.core
+    peak = int(core.host_memory_stat_peak_value("Allocated", 0))
+    peaks["run"] = max(peaks["run"], peak)
+    if name:
+        peaks[name] = max(peaks[name] or 0, peak)
+    core.host_memory_stat_reset_peak_value("Allocated", 0)
+
+
+class _EvalPeak(importlib.abc.MetaPathFinder):
+    \"\"\"PaddleOCR's tools/program.py: the peak of its eval() apart, the counter reset as each starts.\"\"\"
+
+    def find_spec(self, name, path, target=None):
+        if name != "tools.program":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            evaluate = module.eval
+
+            def eval(*args, **kwargs):
+                _phase(None)
+                try:
+                    return evaluate(*args, **kwargs)
+                finally:
+                    _phase("eval")
+
+            module.eval = eval
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _EvalPeak())
 
 
 def _peak():
-    paddle = sys.modules.get("paddle")
-    if paddle is not None:
-        print("VRAMTUNE_KIT_PEAK", paddle.base.core.host_memory_stat_peak_value("Allocated", 0), flush=True)
+    if "paddle" in sys.modules:
+        _phase(None)
+        print("VRAMTUNE_KIT_PEAK", peaks["run"], flush=True)
+        if peaks["eval"] is not None:
+            print("VRAMTUNE_KIT_EVAL_PEAK", peaks["eval"], flush=True)
 
 
 atexit.register(_peak)
@@ -65,6 +110,12 @@ def run_train(checkout: Path, config: Path, options: list[str], work: Path, time
     if done.returncode or not found:
         raise AssertionError(f"tools/train.py failed ({done.returncode}):\n{output[-4000:]}")
     return int(found[-1]), output
+
+
+def eval_peak(output: str) -> int | None:
+    """The peak of PaddleOCR's evaluations in a run_train output (tools/program.py's eval()), None without one."""
+    found = EVAL_PEAK.findall(output)
+    return int(found[-1]) if found else None
 
 
 # what each kit imports beside Paddle (its requirements.txt); a test of a kit's own code skips without them

@@ -1,5 +1,6 @@
-"""The kits' DataLoader read-ahead (vramtune/dialects/kits/loader.py) is what Paddle's host allocator counts in the
-training process beside the batch trained on, for each way a kit's config sets its loader."""
+"""A DataLoader's read-ahead (vramtune/sources/loader.py, the kits' and the Trainers') is what Paddle's host allocator
+counts in the training process beside the batch trained on, for each way a kit's config sets its loader, and with
+the reader_buffer_size PaddleFormers' Trainer passes (max(gradient_accumulation_steps, 2): 8 at k=8)."""
 from __future__ import annotations
 
 import subprocess
@@ -11,9 +12,9 @@ COUNT = """import sys, time
 import numpy as np
 import paddle
 from paddle.io import DataLoader, Dataset
-from vramtune.dialects.kits.loader import read_ahead
+from vramtune.sources.loader import host_read_ahead
 
-workers, shared = int(sys.argv[1]), sys.argv[2] == "1"
+workers, shared, buffer = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3]) or None
 BATCH = 4 << 20  # 4 samples of 1 MiB
 
 
@@ -28,9 +29,11 @@ class Random(Dataset):
 paddle.set_device("cpu")
 counted = paddle.base.core.host_memory_stat_current_value
 base = counted("Allocated", 0)
-batches = iter(DataLoader(Random(), batch_size=4, num_workers=workers, use_shared_memory=shared, return_list=True))
+sized = {"reader_buffer_size": buffer} if buffer else {}
+batches = iter(DataLoader(Random(), batch_size=4, num_workers=workers, use_shared_memory=shared, return_list=True,
+                          **sized))
 held = next(batches)
-expected = read_ahead(workers, shared, on_cpu=True) + (0 if workers and shared else 1)  # and the one trained on
+expected = host_read_ahead(workers, shared, buffer) + (0 if workers and shared else 1)  # and the one trained on
 deadline = time.time() + 60  # until the loader has read all it reads ahead (its thread and workers fill it)
 while (counted("Allocated", 0) - base) // BATCH < expected and time.time() < deadline:
     time.sleep(0.1)
@@ -40,10 +43,10 @@ print("COUNTED", (counted("Allocated", 0) - base) / BATCH, expected)
 
 
 @pytest.mark.paddle
-@pytest.mark.parametrize(("workers", "shared"), [(0, False), (2, False), (2, True)])
-def test_read_ahead_is_what_the_allocator_counts(workers, shared):
-    done = subprocess.run([sys.executable, "-c", COUNT, str(workers), str(int(shared))], capture_output=True,
-                          text=True, timeout=300)
+@pytest.mark.parametrize(("workers", "shared", "buffer"), [(0, False, 0), (2, False, 0), (2, True, 0), (0, False, 8)])
+def test_read_ahead_is_what_the_allocator_counts(workers, shared, buffer):
+    done = subprocess.run([sys.executable, "-c", COUNT, str(workers), str(int(shared)), str(buffer)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     counted, expected = done.stdout.split("COUNTED")[1].split()
     assert float(counted) == pytest.approx(int(expected), abs=0.05)

@@ -12,6 +12,7 @@ from pathlib import Path
 import kit_client as client
 import pytest
 import yaml
+from band import log_band
 from fakes import FakeDevice, MiB
 
 from vramtune.core.report import Tuned
@@ -159,6 +160,7 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     options = clas_dataset(tmp_path / "data", train=16 * 2 * 2, evaluate=eval_batch)
     peak, _ = client.run_train(CHECKOUT, out, [*shape[:2], *shape[4:], "Arch.pretrained=False", *options], tmp_path)
     probed = max(exported["peak_bytes"], exported["eval_peaks"][str(eval_batch)])
+    log_band(probed, peak)
     assert abs(peak - probed) / probed < 0.05, (peak, probed)
 
 
@@ -203,6 +205,7 @@ def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     with_ema, _ = client.run_train(CHECKOUT, out, [*kit_options, EMA], tmp_path)
     without_ema, _ = client.run_train(CHECKOUT, out, kit_options, tmp_path)
     probed = max(exported["peak_bytes"], exported["eval_peaks"]["16"])
+    log_band(probed, with_ema)
     assert with_ema == pytest.approx(probed, rel=0.005)
     assert with_ema - without_ema == pytest.approx(weights, rel=0.05)
 

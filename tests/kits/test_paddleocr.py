@@ -10,12 +10,14 @@ from pathlib import Path
 import kit_client as client
 import pytest
 import yaml
+from band import assert_in_band, log_band
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
 from vramtune.dialects.kits.config import apply_options
 from vramtune.dialects.kits.ocr_ema import kept_copies
 from vramtune.dialects.kits.paddleocr import KIT, scales
+from vramtune.dialects.recorded import budget_line
 from vramtune.spec import SpecError, load_spec
 
 CHECKOUT = client.kit("PaddleOCR")
@@ -84,12 +86,20 @@ def ocr_dataset(folder: Path, train: int, evaluate: int, characters: list[str]) 
 NO_WORKERS = "Train.loader.num_workers=0"  # the loader's thread reads ahead in the training process: 5 batches
 
 
+WORKERS = ["Train.loader.num_workers=1", "Eval.loader.num_workers=1"]  # shared memory, as shipped
+
+
 @needs_kit
 @pytest.mark.paddle
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
-    """PP-OCRv5 mobile at first_bs 4 (scales 32/48/64 px high at 4/2/2): a budget that fits first_bs 2 only."""
-    shape = ["Train.sampler.first_bs=4", "Eval.loader.batch_size_per_card=4"]
+    """PP-OCRv5 mobile at first_bs 4 (scales 32/48/64 px high at 4/2/2): a budget that fits first_bs 2 only. Its
+    loaders have a worker each with shared memory, as shipped: on a CPU neither the kit's batches nor the probe's are
+    in Paddle's allocator. Two evaluation batches of 4: from the second on, tools/program.py's eval() holds the step
+    before's predictions (4 x 40 x 18,385 classes x 4 B, 11.8 MB) and numpy copies of its batch while the next
+    forward runs, and train() its last step's predictions, which the probe holds too (issue 36: it measured the
+    evaluation 4.1% under the kit's on PP-OCRv4 at batch 39)."""
+    shape = ["Train.sampler.first_bs=4", "Eval.loader.batch_size_per_card=4", *WORKERS]
     out = tmp_path / "rec.tuned.yml"
     done = subprocess.run([sys.executable, "-m", "vramtune", "apply", str(CHECKOUT / MOBILE), "--device", "cpu",
                            "--budget", "950MiB", "-o", str(out), "--json", *[f"-O{o}" for o in shape]],
@@ -102,18 +112,19 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     assert any("effective batch falls from 4 to 2" in warning for warning in answer["warnings"])
     # first_bs is anchored (&bs) and aliased by batch_size_per_card: the anchor moves, the alias follows
     assert diff(CHECKOUT / MOBILE, out) == [
-        "+# vramtune: tuned for a budget of 950.0 MiB (996147200 bytes); `vramtune check FILE` gates it in CI",
+        "+" + budget_line(950 * MiB, WORKERS).rstrip("\n"),  # the loaders' workers: check's -O
         "-    first_bs: &bs 128", "+    first_bs: &bs 2",
         "-    batch_size_per_card: 128", "+    batch_size_per_card: 4"]
     tuned = yaml.safe_load(out.read_text())
     assert tuned["Train"]["loader"]["batch_size_per_card"] == 2
 
     characters = (CHECKOUT / "ppocr/utils/dict/ppocrv5_dict.txt").read_text(encoding="utf-8").split("\n")[:10]
-    options = ocr_dataset(tmp_path / "data", train=4, evaluate=4, characters=characters)
-    peak, output = client.run_train(CHECKOUT, out, options, tmp_path, one_flag=True)
+    options = [option for option in ocr_dataset(tmp_path / "data", train=4, evaluate=8, characters=characters)
+               if "num_workers" not in option]
+    peak, output = client.run_train(CHECKOUT, out, [*options, *WORKERS], tmp_path, one_flag=True)
     assert "eval model" in output
-    probed = max(exported["peak_bytes"], exported["eval_peaks"]["4"])
-    assert abs(peak - probed) / probed < 0.05, (peak, probed)
+    assert_in_band(exported["peak_bytes"], peak, "training: ")  # the run's: its evaluation peaks lower
+    assert_in_band(exported["eval_peaks"]["4"], client.eval_peak(output), "evaluation: ")
 
 
 EN_V3 = "configs/rec/PP-OCRv3/en_PP-OCRv3_mobile_rec.yml"  # SVTR_LCNet, 95 characters, one scale (48 x 320)
@@ -185,6 +196,7 @@ def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     assert "eval model" in output and "EMA enabled" in output
     without_ema, _ = client.run_train(CHECKOUT, out, options, tmp_path, one_flag=True)
     probed = max(exported["peak_bytes"], exported["eval_peaks"]["4"])
+    log_band(probed, with_ema)
     assert with_ema == pytest.approx(probed, rel=0.01)
     assert with_ema - without_ema == pytest.approx(probed - max(plain["peak_bytes"], plain["eval_peaks"]["4"]),
                                                    rel=0.05)
@@ -221,4 +233,5 @@ def test_the_kits_own_train_holds_what_its_dataloader_reads_ahead_as_the_probe_d
     options = [option for option in ocr_dataset(tmp_path / "data", train=16 * 12, evaluate=4, characters=characters)
                if not option.startswith("Global.eval_batch_step")]
     peak, _ = client.run_train(CHECKOUT, CHECKOUT / EN_V3, [*shape, *options], tmp_path, one_flag=True)
+    log_band(probed, peak)
     assert peak == pytest.approx(probed, rel=0.005)

@@ -158,6 +158,10 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     try:
         losses, state_ready = warm_up(job, prepared, loss_fn, batch)
         phases.done("warmup")
+        if job.memory_only:  # the estimate's probes answer for a card, where a Trainer's read-ahead is host memory
+            built.read_ahead = None
+        ahead = [built.make_batch(strategy.micro_batch)  # noqa: F841  alive through the steps and the phases after
+                 for _ in range(built.read_ahead(strategy.accumulation, True) if built.read_ahead else 0)]
         counters.start()
         start = time.perf_counter()
         for _ in range(job.steps):

@@ -22,6 +22,9 @@ class BuiltModel:
     #                                               update): the training steps call it, so the probe measures it
     held: dict[str, int] = dataclasses.field(default_factory=dict)  # what that loop holds beside the state, as
     #                    the estimate counts it (estimating.model.Counts: ema_elements, state_copies; PaddleOCR's EMA)
+    read_ahead: Callable[[int, bool], int] | None = None  # (accumulation, training) -> the batches the tool's
+    #   DataLoader holds beside the one trained on (training) or evaluated (not), in the probed device's allocator:
+    #   the probe holds as many of make_batch's through its measured steps and evaluation (sources/loader.py)
 
 
 class Source:

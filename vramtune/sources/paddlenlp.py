@@ -16,6 +16,7 @@ from vramtune.core.reading import positive
 from vramtune.core.strategy import dtype_of
 from vramtune.core.text import did_you_mean
 from vramtune.sources.base import BuiltModel, Source
+from vramtune.sources.loader import host_read_ahead
 
 TASKS = {"causal-lm": "ForCausalLM", "sequence-classification": "ForSequenceClassification",
          "token-classification": "ForTokenClassification", "question-answering": "ForQuestionAnswering"}
@@ -30,6 +31,8 @@ class PaddleNLPModel:
     num_labels: int = 2
     config_fields: dict[str, Any] = field(default_factory=dict)  # set as PaddleNLP's llm scripts set them
     zero_padding: bool = False  # packed sequences: each batch row carries its [seq, seq] attention mask
+    dataloader_workers: int | None = None  # batches come through the Trainer's DataLoader with these workers (an
+    #                                        arguments file's dataloader_num_workers); None: the spec's own loop
 
     @property
     def local(self) -> bool:
@@ -136,9 +139,12 @@ class PaddleNLP(Source):
         seq_len = data.get("seq_len", int, check=positive(1 << 20))
         num_labels = data.get("num_labels", int, 2, check=positive())
         zero_padding = data.get("zero_padding", bool, False)
+        workers = data.get("dataloader_workers", int, None,
+                           check=lambda value: None if value >= 0 else f"must be 0 or more, got {value}")
         if None in (config, seq_len, num_labels):
             return None
-        return PaddleNLPModel(config, task, overrides, seq_len, num_labels, config_fields, bool(zero_padding))
+        return PaddleNLPModel(config, task, overrides, seq_len, num_labels, config_fields, bool(zero_padding),
+                              workers)
 
     def unsupported(self, settings: PaddleNLPModel, strategy, device) -> str | None:
         """fp32 with use_flash_attention on a GPU under Paddle 2.x: PaddleNLP 2.8's models call
@@ -223,7 +229,21 @@ class PaddleNLP(Source):
         def loss(model, batch):
             return loss_of(model(**batch))
 
-        return BuiltModel(net, make_batch, loss, config)
+        return BuiltModel(net, make_batch, loss, config, read_ahead=trainer_read_ahead(settings.dataloader_workers))
+
+
+def trainer_read_ahead(workers: int | None) -> Any:
+    """BuiltModel.read_ahead of PaddleNLP 2.8's Trainer: get_train_dataloader and get_eval_dataloader pass no
+    reader_buffer_size or prefetch_factor, so on a CPU without workers each loader holds Paddle's default 5 batches
+    whatever the accumulation (shared memory, DataLoader's default, with workers: none counted; a lazy, iterable
+    evaluation set is read without workers: 5, not told apart here). On a GPU none is on the card: the loader pins
+    its batches in host memory and the Trainer's _prepare_input moves the one it trains on (sources/loader.py)."""
+    import paddle
+
+    if workers is None:
+        return None
+    count = host_read_ahead(workers, True) if paddle.device.get_device().startswith("cpu") else 0
+    return lambda accumulation, training: count
 
 
 SOURCE = PaddleNLP()

@@ -1,8 +1,9 @@
 """Loaded by Python at start-up when this folder is on PYTHONPATH (tests/formers/ runs PaddleFormers' own workflow
-so): the Trainer's training peak, from the host allocator's counter reset as train() starts, is written as JSON to
-$VRAMTUNE_PEAK_FILE when train() returns. On CPU, paddle.device.synchronize() (which the Trainer calls with
-gradient accumulation and which raises there: "device should be gpu, xpu") is made a no-op: the one change made
-to the workflow, said in the tests' docstring."""
+so): the Trainer's training peak, from the host allocator's counter reset as train() starts, and its evaluations'
+peak (the counter reset as each evaluation starts and after it ends: the training peak is the largest outside
+them), written as JSON to $VRAMTUNE_PEAK_FILE when train() returns. On CPU, paddle.device.synchronize() (which the
+Trainer calls with gradient accumulation and which raises there: "device should be gpu, xpu") is made a no-op: the
+one change made to the workflow, said in the tests' docstring."""
 import json
 import os
 
@@ -10,20 +11,35 @@ if os.environ.get("VRAMTUNE_PEAK_FILE"):
     import paddle
     from paddleformers.trainer import Trainer
 
+    core = paddle.base.core
+
     def _synchronize(device=None):
         return None
 
     if not paddle.is_compiled_with_cuda():
         paddle.device.synchronize = _synchronize
-    _train = Trainer.train
+    _train, _evaluate = Trainer.train, Trainer.evaluate
+    peaks = {"train": 0, "eval": None}
 
-    def train(self, *args, **kwargs):
-        core = paddle.base.core
+    def phase_peak(phase):
+        """The peak since the last reset, kept as the phase's; the counter reset for the next phase."""
+        peak = int(core.host_memory_stat_peak_value("Allocated", 0))
+        peaks[phase] = max(peaks[phase] or 0, peak)
         core.host_memory_stat_reset_peak_value("Allocated", 0)
-        result = _train(self, *args, **kwargs)
-        peak = core.host_memory_stat_peak_value("Allocated", 0)
-        with open(os.environ["VRAMTUNE_PEAK_FILE"], "w") as out:
-            json.dump({"peak_bytes": int(peak), "steps": int(self.state.global_step)}, out)
+
+    def evaluate(self, *args, **kwargs):
+        phase_peak("train")
+        result = _evaluate(self, *args, **kwargs)
+        phase_peak("eval")
         return result
 
-    Trainer.train = train
+    def train(self, *args, **kwargs):
+        core.host_memory_stat_reset_peak_value("Allocated", 0)
+        result = _train(self, *args, **kwargs)
+        phase_peak("train")
+        with open(os.environ["VRAMTUNE_PEAK_FILE"], "w") as out:
+            json.dump({"peak_bytes": peaks["train"], "eval_peak_bytes": peaks["eval"],
+                       "steps": int(self.state.global_step)}, out)
+        return result
+
+    Trainer.train, Trainer.evaluate = train, evaluate

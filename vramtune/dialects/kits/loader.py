@@ -1,11 +1,7 @@
-"""What a kit's `paddle.io.DataLoader` holds beside the batch it trains on, where the device's counter sees it.
-
-Measured (Paddle 3.3.1, CPU, the host allocator's "Allocated" counter in the training process, a loader kept
-full): with `num_workers` 0 its thread converts each batch here and holds prefetch_factor (its blocking queue) +
-reader_buffer_size (the buffered reader's) + 1 (the one it waits to queue) = 5 batches ahead; with workers and no
-shared memory this process converts what they send and holds prefetch_factor x num_workers (the queue's capacity);
-with shared memory the workers' batches are mapped files Paddle's allocator never counts (nor the batch trained on).
-On a GPU the buffered reader copies its reader_buffer_size batches to the card (Paddle's documentation)."""
+"""What a kit's `paddle.io.DataLoader` holds beside the batch it trains on, where the device's counter sees it: on a
+CPU what vramtune/sources/loader.py measured (5 batches without workers). On a GPU the probe counts the buffered
+reader's reader_buffer_size batches on the card, the safe side: by Paddle's source (sources/loader.py) a dygraph
+loader pins them in host memory instead, which no GPU run has measured yet."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,25 +10,12 @@ from typing import Any
 
 from vramtune.dialects.kits.config import get_key
 from vramtune.sources.base import BuiltModel
-
-BUFFERED_BEFORE_3 = 2  # Paddle 2.6's buffered reader holds 2 batches; 3.x made it DataLoader's reader_buffer_size
+from vramtune.sources.loader import host_read_ahead, loader_defaults
 
 
 def read_ahead(workers: int, shared_memory: bool, on_cpu: bool) -> int:
     """The batches the loader holds ahead of the one it trains on, in the device's allocator (Paddle's defaults)."""
-    import inspect
-
-    import paddle
-
-    defaults = inspect.signature(paddle.io.DataLoader).parameters
-    prefetch = defaults["prefetch_factor"].default
-    size = defaults["reader_buffer_size"].default if "reader_buffer_size" in defaults else BUFFERED_BEFORE_3
-    buffered = size if defaults["use_buffer_reader"].default else 0
-    if not on_cpu:
-        return buffered
-    if workers <= 0:
-        return prefetch + buffered + 1
-    return 0 if shared_memory else prefetch * workers
+    return host_read_ahead(workers, shared_memory) if on_cpu else loader_defaults()[0]
 
 
 def kit_read_ahead(config: dict[str, Any], loader: str) -> int:

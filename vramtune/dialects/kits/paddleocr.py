@@ -235,20 +235,36 @@ class PaddleOCRSource(KitSource):
         extra_input = config["Architecture"]["algorithm"] in EXTRA_INPUT
         height, width = eval_shape(config)
 
+        def mapped(loader: str) -> bool:
+            """On a CPU, a loader with workers and shared memory hands the loop batches in mapped files, which
+            Paddle's host allocator never counts (paddle.io's worker.py): the probe makes its batches so too."""
+            return (paddle.device.get_device().startswith("cpu") and int(get_key(config, f"{loader}.num_workers", 0)
+                    or 0) > 0 and bool(get_key(config, f"{loader}.use_shared_memory", True)))
+
+        shared = {True: mapped("Train.loader"), False: mapped("Eval.loader")}  # by model.training
+
         def tensors(size: int, image_height: int, image_width: int) -> list[Any]:
-            batch = []
+            from paddle.base import core
+
+            arrays = []
             for key in keys:
                 if key == "image":
-                    batch.append(paddle.randn([size, 3, image_height, image_width]))
+                    arrays.append(np.random.randn(size, 3, image_height, image_width).astype("float32"))
                 elif key == "valid_ratio":
-                    batch.append(paddle.ones([size], "float32"))
+                    arrays.append(np.ones([size], "float32"))
                 elif key in sample:
-                    batch.append(paddle.to_tensor(np.stack([np.asarray(sample[key])] * size)))
+                    arrays.append(np.stack([np.asarray(sample[key])] * size))
                 else:
                     raise BuildError(f"Train KeepKeys: {key!r} cannot be synthesised")
+            if not shared[model.training]:
+                return [paddle.to_tensor(array) for array in arrays]
+            batch = [core.eager.Tensor(core._array_to_share_memory_tensor(array), core.CPUPlace()) for array in arrays]
+            core._cleanup_mmap_fds()  # their files unlinked now (mapped until freed): a probe leaves none behind
             return batch
 
         def make_batch(size: int) -> list[list[Any]]:
+            if not model.training:  # an evaluation batch: the Eval transforms' shape, no training scales
+                return [tensors(size, height, width), [size]]
             pairs = scales(config, size)
             return [tensors(bs, h or height, w or width) for w, h, bs in pairs] + [[size]]
 
@@ -261,25 +277,65 @@ class PaddleOCRSource(KitSource):
             return tensors(bs, h, w)
 
         turn = [0]
+        # what tools/program.py's loops keep of a step into the next: train()'s `preds` while the next forward runs
+        # and through an evaluation, with Global.cal_metric_during_train its `batch` as numpy copies (made through
+        # Paddle's host allocator) through an evaluation; eval()'s `preds` and `batch_numpy` while its next forward
+        # runs. The sampler's scales come in random order, so any step's may be kept beside any forward: the probe
+        # keeps the largest scale's
+        last: dict[str, Any] = {}
+        metric_copies = bool(config["Global"].get("cal_metric_during_train", False))
+
+        def forward(network, data):
+            return network(data[0], data=data[1:]) if extra_input else network(data[0])
+
+        def outputs(value) -> list[Any]:
+            if isinstance(value, dict):
+                return [t for v in value.values() for t in outputs(v)]
+            if isinstance(value, (list, tuple)):
+                return [t for v in value for t in outputs(v)]
+            return [value] if isinstance(value, paddle.Tensor) else []
+
+        def keep_largest(name: str, value: Any) -> None:
+            size = sum(int(t.numel()) * t.element_size() for t in outputs(value))
+            if size >= last.get(f"{name} bytes", 0):
+                last[name], last[f"{name} bytes"] = value, size
+
+        def previous_eval_step(network, data, size: int) -> tuple[list[Any], list[Any]]:
+            """An evaluation step's leftovers as eval() holds them into the next one: an output as large as its
+            `preds` (float32: to_float32 under AMP; per-sample shapes from a one-sample forward, once) and the numpy
+            copies of its batch."""
+            if "per sample" not in last:
+                last["per sample"] = [(list(t.shape[1:]), "float32" if t.is_floating_point() else t.dtype)
+                                      for t in outputs(forward(network, [t[:1] for t in data]))]
+            return ([paddle.empty([size, *shape], dtype) for shape, dtype in last["per sample"]],
+                    [t.numpy() for t in data])
 
         def loss(network, batch):
             *per_scale, (size,) = batch
             if not network.training:  # evaluation: the Eval shape, forward only (the kit decodes on the host)
                 if swaps:  # the EMA's weights, the training ones copied aside meanwhile
                     swaps.evaluate()
-                images = tensors(size, height, width)
-                output = network(images[0], data=images[1:]) if extra_input else network(images[0])
-                return first_output(output).mean()
+                data = per_scale[0]
+                previous = previous_eval_step(network, data, size)  # noqa: F841  alive through the forward
+                return first_output(forward(network, data)).mean()
             if swaps:  # training again: the training weights back, as tools/program.py restores them
                 swaps.train()
+            last.pop("numpy", None)  # the loop's `batch` is the next one now
             data = per_scale[turn[0] % len(per_scale)]
             turn[0] += 1
-            preds = network(data[0], data=data[1:]) if extra_input else network(data[0])
+            preds = forward(network, data)
+            keep_largest("preds", preds)  # the previous step's freed only now, as `preds = model(images)` does
+            keep_largest("data", data)
             return train_loss(preds, data)["loss"]
 
+        def after_step():
+            if swaps:
+                swaps.after_step()
+            if metric_copies and "data" in last:  # `batch = [item.numpy() for item in batch]` after the step
+                last["numpy"] = [t.numpy() for t in last["data"]]
+
         return ReadAhead(make_batch, loss, model, kit_read_ahead(config, "Train.loader"),
-                         kit_read_ahead(config, "Eval.loader"), upcoming).built(swaps.after_step if swaps else None,
-                                                                                held)
+                         kit_read_ahead(config, "Eval.loader"), upcoming).built(after_step, held)
 
 
 SOURCE = PaddleOCRSource()

@@ -13,6 +13,7 @@ from vramtune.core.errors import BuildError
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.model import FormersModel, architecture_error, parse, probe_arguments
 from vramtune.sources.base import BuiltModel
+from vramtune.sources.loader import host_read_ahead
 
 FIRST_TOKEN = 4  # ids below are special tokens in the tiny tokenizers and most vocabularies
 
@@ -54,10 +55,42 @@ def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltMode
     model_args, data_args, _, _, training_args = parse(probe_arguments(settings, device_kind))
     config = model_config(model_args, data_args, training_args, device_kind)
     if settings.stage == "DPO":
-        return _dpo(settings, (model_args, data_args, training_args), config, configure)
-    configure(config)  # the mechanisms' keys read at construction: recompute
-    model = _with_lora(model_args, training_args, _causal_lm(config, settings.folder))
-    return BuiltModel(model, _sft_batches(settings, config, model_args, data_args, training_args), _loss, config)
+        built = _dpo(settings, (model_args, data_args, training_args), config, configure)
+    else:
+        configure(config)  # the mechanisms' keys read at construction: recompute
+        model = _with_lora(model_args, training_args, _causal_lm(config, settings.folder))
+        built = BuiltModel(model, _sft_batches(settings, config, model_args, data_args, training_args), _loss, config)
+    built.read_ahead = _read_ahead(data_args, training_args, device_kind)  # DPOTrainer's loaders are the Trainer's
+    return built
+
+
+MAP_STYLE = ("map", "offline", "pretrain")  # dataset_type values whose datasets are not paddle.io.IterableDataset
+
+
+def _read_ahead(data_args: Any, training_args: Any, device_kind: str) -> Callable[[int, bool], int]:
+    """The batches the Trainer's DataLoaders hold beside the one trained on or evaluated (BuiltModel.read_ahead).
+
+    get_train_dataloader passes reader_buffer_size=max(gradient_accumulation_steps, 2), prefetch_factor and
+    dataloader_num_workers: on a CPU without workers its thread holds max(k, 2) + prefetch_factor + 1 batches in
+    Paddle's host allocator, with workers (shared memory: DataLoader's default) none. get_eval_dataloader does the
+    same for a map-style dataset; for the workflow's default iterable one it passes neither the buffer nor the
+    workers: Paddle's defaults, 5 batches on a CPU.
+
+    On a GPU none is on the card: the DataLoader pins memory in dygraph, so its buffered reader copies every batch
+    into CUDA-pinned host memory (buffered_reader.cc), which Paddle counts as host memory, and the Trainer's
+    _prepare_input moves only the batch it trains on to the card (`data.cuda()` for a pinned tensor, freed with
+    the step): the probe's own batch stands for it. (With paddle.io.use_pinned_memory(False) the buffered reader
+    would keep its slots on the card; the workflow does not call it.)"""
+    iterable = data_args.dataset_type not in MAP_STYLE
+
+    def ahead(accumulation: int, training: bool) -> int:
+        if device_kind != "cpu":
+            return 0
+        if not training and iterable:
+            return host_read_ahead(0, True)
+        return host_read_ahead(training_args.dataloader_num_workers, True, max(accumulation, 2),
+                               training_args.prefetch_factor)
+    return ahead
 
 
 def _with_lora(model_args: Any, training_args: Any, model: Any) -> Any:

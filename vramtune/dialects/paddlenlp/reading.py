@@ -1,9 +1,9 @@
 """A PaddleNLP arguments file — the JSON given to PaddleNLP's llm scripts and Trainer scripts — read as a spec.
 
 Every key is accounted for. The keys that decide the run are read here (model, sequence length, batch, learning
-rate, optimizer, gradient clipping, the model configuration fields the llm scripts set, zero padding) or by the
-codec (codec.py: precision, recompute, sharding, ...); a key that changes memory and that nothing reads is refused by
-name (keys.py); a key PaddleNLP does not know is named in one warning.
+rate, optimizer, gradient clipping, the model configuration fields the llm scripts set, zero padding, the
+DataLoader's workers) or by the codec (codec.py: precision, recompute, sharding, ...); a key that changes memory and
+that nothing reads is refused by name (keys.py); a key PaddleNLP does not know is named in one warning.
 Every other key is kept untouched for `vramtune apply`. The target batch is per_device_train_batch_size x
 gradient_accumulation_steps (x the data-parallel ranks); the sequence length is max_length (llm scripts) or
 max_seq_length (Trainer examples), or src_length + tgt_length (older llm scripts).
@@ -95,12 +95,14 @@ def spec_from_arguments(arguments: dict[str, Any], file: str) -> tuple[dict[str,
     fields = {key: arguments[key] for key in CONFIG_FIELDS if key in arguments}
     section.seen.update(fields)
     zero_padding = section.get("zero_padding", bool, False)
+    workers = section.get("dataloader_num_workers", int, 0,
+                          check=lambda value: None if value >= 0 else f"must be 0 or more, got {value}")
     intokens = section.get("intokens", bool, None)  # the deprecated name wins when given, as in the scripts
     raw: dict[str, Any] = {
         "name": Path(file).stem,
         "model": {"source": "paddlenlp", "config": model, **({"config_fields": fields} if fields else {})},
-        "data": {"seq_len": seq_len, **({"zero_padding": True} if (intokens if intokens is not None else
-                                                                    zero_padding) else {})},
+        "data": {"seq_len": seq_len, "dataloader_workers": workers or 0,
+                 **({"zero_padding": True} if (intokens if intokens is not None else zero_padding) else {})},
         "train": {"target_batch": (micro or 1) * (accumulation or 1), "optimizer": "adamw",
                   "learning_rate": learning_rate,
                   **({"max_grad_norm": max_grad_norm} if max_grad_norm and max_grad_norm > 0 else {})},

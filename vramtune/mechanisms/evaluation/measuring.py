@@ -62,9 +62,13 @@ class EvaluationRun:
         return self.total(size) <= self.settings["limit"]
 
     def measure(self, size: int) -> bool:
-        """One evaluation step at this batch, as the Trainer's prediction step runs it; whether it fits."""
+        """One evaluation step at this batch, as the Trainer's prediction step runs it, with the batches the tool's
+        evaluation loader reads ahead (BuiltModel.read_ahead); whether it fits."""
         run = self.run
         batch = run.built.make_batch(size)
+        read_ahead = run.built.read_ahead
+        ahead = [run.built.make_batch(size)  # noqa: F841  the evaluation loader's, beside the training loader's
+                 for _ in range(read_ahead(run.strategy.accumulation, False) if read_ahead else 0)]
         outputs: list[Any] = []
         hook = run.prepared.model.register_forward_post_hook(lambda layer, inputs, output: outputs.append(output))
         try:
