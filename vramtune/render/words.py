@@ -36,7 +36,7 @@ def measured_lines(facts: dict[str, Any]) -> list[str]:
 
 def chosen_lines(result: ProbeResult) -> list[str]:
     """Lines about a chosen result: PEFT's trained parameters, the evaluation's batch and what it keeps."""
-    return [*_peft_lines(result.facts), *_evaluation_lines(result.facts)]
+    return [*_peft_lines(result.facts), *evaluation_lines(result.facts)]
 
 
 def _peft_lines(facts: dict[str, Any]) -> list[str]:
@@ -48,7 +48,9 @@ def _peft_lines(facts: dict[str, Any]) -> list[str]:
     return [f"{label}: {trained:,} of {total:,} parameters trained ({trained / total:.2%})"]
 
 
-def _evaluation_lines(facts: dict[str, Any]) -> list[str]:
+def evaluation_lines(facts: dict[str, Any]) -> list[str]:
+    """The evaluation batch chosen, its peak with the training state resident and what it keeps (none: no
+    evaluation, or none fits)."""
     chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
     if chosen is None:
         return []

@@ -44,10 +44,16 @@ class Session:
     doctor_checked: bool = False  # the checks GPU measurements depend on passed (vramtune/doctor/gate.py)
 
 
-def resolve_budget(spec: Spec, device: Device) -> int:
-    """The spec's budget, or the device's total memory for `auto` (GPU only: a CPU budget is virtual)."""
+NO_BUDGET = 1 << 62  # `measure` on a CPU given no budget: nothing is over it, the result is not judged
+
+
+def resolve_budget(spec: Spec, device: Device, required: bool = True) -> int:
+    """The spec's budget, or the device's total memory for `auto` (GPU only: a CPU budget is virtual; where none is
+    `required`, to measure without a verdict, NO_BUDGET)."""
     if spec.budget is not None:
         return spec.budget
+    if device.kind == "cpu" and not required:
+        return NO_BUDGET
     if device.kind == "cpu":
         raise SpecError([Problem(spec.path, "budget", "is required on cpu (a size like 512MiB, or --budget): the "
                                                       "CPU budget is virtual; 'auto' means a GPU's memory")])
@@ -55,9 +61,9 @@ def resolve_budget(spec: Spec, device: Device) -> int:
 
 
 def open_session(spec: Spec, backend: Backend, warn: Say, device: Device | None = None,
-                 budget_bytes: int | None = None) -> Session:
+                 budget_bytes: int | None = None, budget_required: bool = True) -> Session:
     device = device or backend.describe(spec.device)
-    budget = Budget(budget_bytes or resolve_budget(spec, device), spec.headroom)
+    budget = Budget(budget_bytes or resolve_budget(spec, device, budget_required), spec.headroom)
     identity = SOURCES[spec.source].identity(spec.model, spec.base_dir)
     return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device, identity), warn=warn), backend)
 

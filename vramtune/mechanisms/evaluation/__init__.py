@@ -8,7 +8,7 @@ stays on the device until `eval_accumulation_steps` steps have run (by default, 
 that setting the kept buffer, which the loop's concatenation copies, is counted; without it the report says what each
 sample adds.
 
-Spec: `train.evaluation: {batch: 32, keep: logits | predictions | loss, accumulation_steps: N}`. A PaddleNLP
+Spec: `train.evaluation: {batch: 32, keep: logits | predictions | loss | nothing, accumulation_steps: N}`. A PaddleNLP
 arguments file: `do_eval` or an `evaluation_strategy` other than `no`, `per_device_eval_batch_size`,
 `eval_accumulation_steps`, `prediction_loss_only` (else the llm scripts' argmax predictions).
 """
@@ -21,7 +21,7 @@ from typing import Any
 from vramtune.core.reading import Section, positive, refuse_when_on
 from vramtune.mechanisms.base import Mechanism
 
-KEEP = ("logits", "predictions", "loss")
+KEEP = ("logits", "predictions", "loss", "nothing")  # nothing: a loop that decodes each step on the host (the kits)
 MAX_MEASUREMENTS = 6  # evaluation batches measured per probe
 
 

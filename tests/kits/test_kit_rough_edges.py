@@ -1,0 +1,44 @@
+"""What a new user hit on the kits' shipped configs (issue 40), each held to its exact words and exit code over a fake
+device (no Paddle)."""
+from __future__ import annotations
+
+import json
+
+import kit_client as client
+import pytest
+from fakes import FakeDevice, MiB
+
+OCR, CLAS, SEG, DET = (client.kit(name) for name in ("PaddleOCR", "PaddleClas", "PaddleSeg", "PaddleDetection"))
+OCR_REC = "configs/rec/PP-OCRv4/PP-OCRv4_mobile_rec.yml"
+LITESEG = "configs/quick_start/pp_liteseg_optic_disc_512x512_1k.yml"
+PPLCNET = "ppcls/configs/ImageNet/PPLCNet/PPLCNet_x1_0.yaml"
+
+
+@pytest.mark.skipif(SEG is None, reason=f"no PaddleSeg checkout in {client.KITS}")
+def test_measure_on_a_cpu_needs_no_budget_to_measure(fake_cli):
+    """Before: exit 2, "budget: is required on cpu (a size like 512MiB, or --budget)"."""
+    cli, _ = fake_cli(FakeDevice())
+    code, out, err = cli("measure", SEG / LITESEG, "--device", "cpu", "--json")
+    assert code == 0, err
+    assert err.splitlines()[-7:] == [
+        "note: no budget given on cpu: measured, not judged (--budget B judges it)",
+        "note: the file's strategy: fp32 m=4 k=1 r=0", "fp32 m=4 k=1 r=0: measured", "  peak 28.0 MiB allocated",
+        "  0.050s per optimizer step, 80.0 samples/s, loss 1.0", "  repeated blocks found: 4",
+        "  on fake cpu, paddle 0.0-fake"]
+    assert json.loads(out)["budget_bytes"] is None
+    code, _, err = cli("measure", SEG / LITESEG, "--device", "cpu", "--budget", "20MiB")
+    assert code == 1 and "fp32 m=4 k=1 r=0: over_budget\n  peak 28.0 MiB allocated (budget 20.0 MiB)\n" in err
+
+
+@pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
+def test_measure_and_check_show_the_evaluation_peak(fake_cli):
+    """Before: only the training peak; the evaluation's (here 60.0 MiB of a 60.8 MiB limit) only in --json."""
+    cli, _ = fake_cli(FakeDevice(eval_per_sample=5 * MiB))
+    evaluation = ("  evaluation at batch 8 (lowered from 16: larger ones do not fit): peak 60.0 MiB with the training "
+                  "state resident; keeps nothing on the device from step to step\n")
+    code, _, err = cli("measure", OCR / OCR_REC, "--device", "cpu", "--budget", "64MiB", "-m", "4",
+                       "-O", "Eval.loader.batch_size_per_card=16")
+    assert code == 0 and evaluation in err, err
+    code, _, err = cli("check", OCR / OCR_REC, "--device", "cpu", "--budget", "64MiB",
+                       "-O", "Train.sampler.first_bs=4", "-O", "Eval.loader.batch_size_per_card=16")
+    assert code == 0 and evaluation in err and err.endswith("check: pass\n"), err
