@@ -70,6 +70,7 @@ class FakeDevice:
     seq: int = 0  # the sequence length the prior is computed at
     prior_scale: float = 1.0  # the prior handed to the search, this many times what config.json predicts (wrong)
     eval_per_sample: float = 0.0  # evaluation's bytes per sample above the training state (0: evaluation not modelled)
+    probe_seconds: float = 0.0  # wall seconds a probe takes: over the timeout, it times out (as runner.classify says)
     calls: list[Strategy] = field(default_factory=list)
 
     def device(self) -> Device:
@@ -179,6 +180,9 @@ class FakeBackend:
 
     def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult:
         self.jobs.append(job)
+        if self.fake.probe_seconds > timeout:
+            return ProbeResult("timeout", Strategy.from_json(job.strategy), seconds=timeout,
+                               error=f"no result after {timeout:g}s; the probe's process group was ended")
         result = self.fake.result(Strategy.from_json(job.strategy), budget)
         evaluation = job.settings.get("evaluation")
         if evaluation and self.fake.eval_per_sample and result.measured:

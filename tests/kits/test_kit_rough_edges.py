@@ -42,3 +42,30 @@ def test_measure_and_check_show_the_evaluation_peak(fake_cli):
     code, _, err = cli("check", OCR / OCR_REC, "--device", "cpu", "--budget", "64MiB",
                        "-O", "Train.sampler.first_bs=4", "-O", "Eval.loader.batch_size_per_card=16")
     assert code == 0 and evaluation in err and err.endswith("check: pass\n"), err
+
+
+OCRNET = "configs/ocrnet/ocrnet_hrnetw18_cityscapes_1024x512_160k.yml"
+
+
+@pytest.mark.skipif(SEG is None, reason=f"no PaddleSeg checkout in {client.KITS}")
+def test_a_probe_that_times_out_is_no_verdict_on_memory_and_its_timeout_can_be_raised(fake_cli, tmp_path):
+    """Before: "nothing fits 2.6 GiB ... would fit with: a shorter sequence / smaller images, or a smaller model"
+    from no measurement at all (exit 1), and no way to raise the 300 s."""
+    cli, backend = fake_cli(FakeDevice(probe_seconds=400))
+    code, out, err = cli("probe", SEG / OCRNET, "--device", "cpu", "--budget", "2800MiB")
+    assert code == 1, err
+    assert err.splitlines()[-3:] == [
+        "nothing measured at target batch 2: 1 probe(s) timed out, none measured a peak (no verdict on memory).",
+        "  would measure with: a longer probe timeout: 1 probe(s) stopped after 300s, before any measured a peak: "
+        "raise probe.timeout (--probe-timeout SECONDS)", "1 probe in 0.0s on fake cpu"]
+    assert "would fit with" not in err and "closest" not in err
+    code, _, err = cli("apply", SEG / OCRNET, "--device", "cpu", "--budget", "2800MiB", "-o", tmp_path / "x.yml")
+    assert (code, err.splitlines()[-1]) == (1, (
+        "error: nothing measured for ocrnet_hrnetw18_cityscapes_1024x512_160k: the probes timed out before any "
+        "measured a peak; raise --probe-timeout (now 300s)"))
+    code, out, err = cli("probe", SEG / OCRNET, "--device", "cpu", "--budget", "2800MiB", "--probe-timeout", "900",
+                         "--json")
+    assert code == 0, err  # the saved timeout (after 300 s) is probed again with the longer one
+    assert json.loads(out)["chosen"]["micro_batch"] == 2 and json.loads(out)["reused"] == 0
+    code, _, err = cli("measure", SEG / OCRNET, "--device", "cpu", "--probe-timeout", "100")
+    assert code == 1 and "fp32 m=2 k=1 r=0: timeout\n  no result after 100s;" in err

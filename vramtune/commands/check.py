@@ -33,6 +33,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                               "tuned ones (each rank's micro-batch and accumulation kept)"),
         json_output: bool = common.JsonOpt,
         kit_options: Optional[List[str]] = common.KitOpt,
+        probe_timeout: Optional[float] = common.TimeoutOpt,
     ) -> None:
         """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits, no longer trains or its peak
         grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget. The
@@ -40,7 +41,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if tolerance < 0:
             raise SpecError([Problem(str(tuned_path), "--tolerance", f"must be 0 or more, got {tolerance}")])
         options = common.config_options(kit_options, trailing)
-        spec = common.load(tuned_path, {"budget": budget, "kit.options": options}, backend)
+        spec = common.load(tuned_path, {"budget": budget, "kit.options": options, "probe.timeout": probe_timeout},
+                           backend)
         if checking.is_tool_file(spec):
             verdict = checking.check_file(spec, backend, output.say, device, devices, options)
         else:

@@ -25,13 +25,13 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 json_output: bool = common.JsonOpt,
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
                 verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
-                **flags: Any) -> None:
+                probe_timeout: Optional[float] = common.TimeoutOpt, **flags: Any) -> None:
         """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit; on a CPU
         given no --budget, measured without a verdict). A
         PaddleFormers, PaddleNLP or kit file given neither -m nor -k: the strategy the file states."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
         options = common.config_options(kit_options, trailing)
-        spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks}, backend)
+        spec = common.load(spec_path, {**common.overrides(budget, device, None, options, probe_timeout), **ranks}, backend)
         given = {name: common.plain(value) for name, value in flags.items()}
         tool_file = checking.is_tool_file(spec)
         if given["micro_batch"] is None and (given["accumulation"] is not None or not tool_file):

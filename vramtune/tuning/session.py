@@ -173,7 +173,9 @@ def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False
         start = time.monotonic()
         if fresh:
             session.store.clear()
-        saved = session.store.load()
+        timeout = session.spec.probe.timeout  # a probe that timed out sooner than this is probed again
+        saved = {strategy: result for strategy, result in session.store.load().items()
+                 if result.status != "timeout" or result.seconds >= timeout}
         reused = 0
         finished: dict[Strategy, ProbeResult] = {}  # measured (and saved) by this run
 
