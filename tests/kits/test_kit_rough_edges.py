@@ -69,3 +69,43 @@ def test_a_probe_that_times_out_is_no_verdict_on_memory_and_its_timeout_can_be_r
     assert json.loads(out)["chosen"]["micro_batch"] == 2 and json.loads(out)["reused"] == 0
     code, _, err = cli("measure", SEG / OCRNET, "--device", "cpu", "--probe-timeout", "100")
     assert code == 1 and "fp32 m=2 k=1 r=0: timeout\n  no result after 100s;" in err
+
+
+PPYOLOE = "configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml"
+ON_A_CPU = [  # before: the same command without what follows the file; it stopped with "The device should not be 'gpu'"
+    ("PaddleClas", PPLCNET, "64MiB", "-c {out} -o Global.device=cpu", None),
+    ("PaddleOCR", OCR_REC, "64MiB", "-c {out} -o Global.epoch_num=1 Global.use_gpu=False", None),
+    ("PaddleDetection", PPYOLOE, "30MiB", "-c {out} -o epoch=1 use_gpu=false",
+     "the kit downloads pretrain_weights before it trains (the probes built random weights: the same bytes); offline, "
+     "add -o pretrain_weights=null"),
+    ("PaddleSeg", OCRNET, "26MiB", "--config {out} --device cpu --opts iters=10",
+     "the kit downloads model.backbone.pretrained before it trains (the probes built random weights: the same "
+     "bytes); offline, add --opts model.backbone.pretrained=None"),
+]
+
+
+@pytest.mark.parametrize(("kit", "config", "budget", "command", "offline"), ON_A_CPU, ids=[kit for kit, *_ in ON_A_CPU])
+def test_the_training_command_apply_prints_trains_where_the_probes_ran(fake_cli, tmp_path, kit, config, budget,
+                                                                        command, offline):
+    """On a CPU the kit's tools/train.py defaults to a GPU: the command says the kit's CPU switch (PaddleSeg: its flag,
+    and PYTHONPATH=. since its tools/train.py does not put the checkout on sys.path); the weights the probes left out
+    are named with the override that trains without them (offline)."""
+    checkout = client.kit(kit)
+    if checkout is None:
+        pytest.skip(f"no {kit} checkout in {client.KITS}")
+    option = {"PaddleOCR": "Global.epoch_num=1", "PaddleDetection": "epoch=1", "PaddleSeg": "iters=10"}.get(kit)
+    out = tmp_path / "tuned.yml"
+    cli, _ = fake_cli(FakeDevice())
+    code, _, err = cli("apply", checkout / config, "--device", "cpu", "--budget", budget, "-o", out,
+                       *(["-O", option] if option else []))
+    assert code == 0, err
+    lines = [line.removeprefix("warning: ") for line in err.splitlines()]
+    environment = "PYTHONPATH=. " if kit == "PaddleSeg" else ""
+    said = f"train the tuned file with the kit: cd {checkout.resolve()} && {environment}python tools/train.py " \
+           + command.format(out=out.resolve())
+    assert said in lines, err
+    assert (offline in lines) if offline else not any("downloads" in line for line in lines), err
+    gpu, _ = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=int(budget.removesuffix("MiB")) * MiB))
+    code, _, err = gpu("apply", checkout / config, "-o", tmp_path / "gpu.yml", "--force",
+                       *(["-O", option] if option else []))
+    assert code == 0 and not any(switch in " ".join(err.split()) for switch in ("cpu", "use_gpu")), err

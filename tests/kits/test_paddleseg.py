@@ -111,14 +111,15 @@ def test_apply_writes_only_batch_size_beside_the_config(fake_cli, tmp_path):
     said = " ".join(stderr.split())
     assert "the batch per card falls from 4 to 2" in said and "x0.5 here" in said
     assert "_base_ paths (../_base_/cityscapes.yml) are relative to its folder" in said
-    assert (f"cd {checkout.resolve()} && python tools/train.py --config {tuned.resolve()} --opts iters=10" in said)
+    assert (f"cd {checkout.resolve()} && PYTHONPATH=. python tools/train.py --config {tuned.resolve()} --device cpu "
+            "--opts iters=10" in said)
 
     code, _, stderr = cli("apply", checkout / FCN, "--device", "cpu", "--budget", "30MiB", "-O", "batch_size=8")
     assert code == 0, stderr
     said = " ".join(stderr.split())
     assert "--opts batch_size=8: tuned in the file now; do not pass them to the kit again" in said
     tuned = (checkout / FCN).with_name(Path(FCN).stem + ".tuned.yml").resolve()
-    assert f"python tools/train.py --config {tuned}\n" in stderr  # the tuned override is not passed again
+    assert f"python tools/train.py --config {tuned} --device cpu\n" in stderr  # the tuned override not passed again
     assert diff(checkout / FCN, (checkout / FCN).with_name(Path(FCN).stem + ".tuned.yml")) == [
         "+# vramtune: tuned for a budget of 30.0 MiB (31457280 bytes); `vramtune check FILE` gates it in CI",
         "+batch_size: 4"]

@@ -42,6 +42,13 @@ class Kit:
     config_flag: str = "-c"  # its tools/train.py's flags for the config file and the overrides
     option_flag: str = "-o"
     accumulates: bool = True  # False: a smaller batch is a smaller effective batch (PaddleOCR)
+    cpu_options: tuple[str, ...] = ()  # the overrides its tools/train.py needs to train on a CPU (it defaults to a GPU)
+    cpu_flags: str = ""  # the flags it needs for that instead (PaddleSeg: --device cpu)
+
+    def environment(self, checkout: str) -> str:
+        """What its tools/train.py needs in front of it to import the kit from its checkout (PaddleSeg: PYTHONPATH=.,
+        unless installed); "" for a kit whose tools/train.py puts its checkout on sys.path itself."""
+        return ""
 
     def value(self, text: str) -> Any:
         """A -o value as the kit's tools/train.py reads it."""

@@ -46,11 +46,29 @@ def is_tuned(option: str, keys: set[str]) -> bool:
     return any(key == tuned or key.startswith(f"{tuned}.") for tuned in keys)
 
 
-def command(kit: Any, spec: Any, changed: set[str], tuned_file: str) -> str:
-    """How to train the tuned file: the kit's tools/train.py, with the user's -o options that are not tuned keys."""
+def command(kit: Any, spec: Any, changed: set[str], tuned_file: str, device_kind: str) -> str:
+    """How to train the tuned file where it was probed: the kit's tools/train.py (what it needs to import the kit
+    from the checkout in front), with the user's -o options that are not tuned keys, and on a CPU what the kit needs
+    to train there (its tools/train.py defaults to a GPU) unless the user's options say it."""
     options = [option for option in spec.model.options if not is_tuned(option, changed)]
-    return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py {kit.config_flag} "
-            f"{shlex.quote(tuned_file)}{kit.command_options(options)}")
+    flags = ""
+    if device_kind == "cpu":
+        given = {option.partition("=")[0] for option in options}
+        options += [option for option in kit.cpu_options if option.partition("=")[0] not in given]
+        flags = f" {kit.cpu_flags}" if kit.cpu_flags else ""
+    return (f"cd {shlex.quote(spec.model.checkout)} && {kit.environment(spec.model.checkout)}python tools/train.py "
+            f"{kit.config_flag} {shlex.quote(tuned_file)}{flags}{kit.command_options(options)}")
+
+
+def offline(kit: Any, spec: Any) -> list[str]:
+    """Where the kit downloads weights the probes left out (random weights, the same bytes): how to train offline."""
+    dropped = [option for option in spec.model.probe_options if option.partition("=")[0] not in
+               {given.partition("=")[0] for given in spec.model.options}]
+    if not dropped:
+        return []
+    keys = ", ".join(option.partition("=")[0] for option in dropped)
+    return [f"the kit downloads {keys} before it trains (the probes built random weights: the same bytes); offline, "
+            f"add{kit.command_options(dropped)}"]
 
 
 def prefer(spec: Any, report: Report) -> tuple[Report, list[str]]:
@@ -86,7 +104,9 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
         flag = kit.option_flag
         warnings.append(f"{flag} {f' {flag} '.join(overridden)}: tuned in the file now; do not pass them to the kit "
                         "again")
-    warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys, tuned_file))
+    warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys, tuned_file,
+                                                                    report.device_kind))
+    warnings += offline(kit, spec)
     kept = [option for option in spec.model.options if not is_tuned(option, tuned_keys)]
     return with_budget_line(tuned, report.budget.bytes, kept), warnings
 

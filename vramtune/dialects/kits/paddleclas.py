@@ -135,7 +135,8 @@ class PaddleClas(Kit):
         return changes, []
 
 
-KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoader"))
+KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoader"),
+                 cpu_options=("Global.device=cpu",))
 
 
 class PaddleClasSource(KitSource):

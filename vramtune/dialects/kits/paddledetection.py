@@ -171,8 +171,10 @@ class PaddleDetection(Kit):
             warnings.append(f"{path}: OptimizerBuilder.optimizer.type "
                             f"{get_key(config, 'OptimizerBuilder.optimizer.type')}: measured with AdamW's state")
         # BatchNorm everywhere and no accumulation: batch 1 normalises one image per channel
-        return batch_only_spec(self, path, checkout, options, [f"{key}=null" for key in dropped], batch,
-                               optimizer), warnings
+        # pretrain_weights is the trainer's (tools/train.py loads it; the probe never does): set null too, so that
+        # apply says how to train offline (export.offline)
+        probe_options = [f"{key}=null" for key in ["pretrain_weights"] * bool(config.get("pretrain_weights")) + dropped]
+        return batch_only_spec(self, path, checkout, options, probe_options, batch, optimizer), warnings
 
     def stated(self, raw, path, options):
         """The batch alone: AMP is a flag of tools/train.py, and the trainer neither accumulates nor compiles."""
@@ -187,7 +189,7 @@ class PaddleDetection(Kit):
 
 
 KIT = PaddleDetection(name="paddledetection", package="ppdet", sections=("architecture",), one_flag=True,
-                      accumulates=False)
+                      accumulates=False, cpu_options=("use_gpu=false",))
 
 
 class PaddleDetectionSource(KitSource):

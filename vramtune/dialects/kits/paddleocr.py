@@ -161,7 +161,7 @@ class PaddleOCR(Kit):
 
 
 KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True,
-                accumulates=False)
+                accumulates=False, cpu_options=("Global.use_gpu=False",))
 
 
 def set_head_sizes(config: dict[str, Any], characters: int) -> None:

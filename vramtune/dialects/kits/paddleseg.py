@@ -187,9 +187,16 @@ class PaddleSeg(Kit):
     def changes(self, raw, tuned):
         return {BATCH: tuned.strategy.micro_batch}, [*smaller_batch(LR_ADVICE, tuned), *base_advice(raw, "_base_")]
 
+    def environment(self, checkout):
+        """PaddleSeg's tools/train.py imports paddleseg without putting its checkout on sys.path (its docs: `export
+        PYTHONPATH=$(pwd)`, or `pip install -e .`): PYTHONPATH=. unless it is importable here from elsewhere."""
+        import importlib.util
+
+        return "" if importlib.util.find_spec("paddleseg") is not None else "PYTHONPATH=. "
+
 
 KIT = PaddleSeg(name="paddleseg", package="paddleseg", sections=("model",), one_flag=True, accumulates=False,
-                config_flag="--config", option_flag="--opts")
+                config_flag="--config", option_flag="--opts", cpu_flags="--device cpu")
 
 
 def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int, int]:
