@@ -51,13 +51,13 @@ OCRNET = "configs/ocrnet/ocrnet_hrnetw18_cityscapes_1024x512_160k.yml"
 def test_a_probe_that_times_out_is_no_verdict_on_memory_and_its_timeout_can_be_raised(fake_cli, tmp_path):
     """Before: "nothing fits 2.6 GiB ... would fit with: a shorter sequence / smaller images, or a smaller model"
     from no measurement at all (exit 1), and no way to raise the 300 s."""
-    cli, backend = fake_cli(FakeDevice(probe_seconds=400))
+    cli, _ = fake_cli(FakeDevice(probe_seconds=400))
     code, out, err = cli("probe", SEG / OCRNET, "--device", "cpu", "--budget", "2800MiB")
     assert code == 1, err
-    assert err.splitlines()[-3:] == [
-        "nothing measured at target batch 2: 1 probe(s) timed out, none measured a peak (no verdict on memory).",
-        "  would measure with: a longer probe timeout: 1 probe(s) stopped after 300s, before any measured a peak: "
-        "raise probe.timeout (--probe-timeout SECONDS)", "1 probe in 0.0s on fake cpu"]
+    assert err.splitlines()[-3:-1] == [
+        "nothing measured at target batch 2: 2 probe(s) timed out, none measured a peak (no verdict on memory).",
+        "  would measure with: a longer probe timeout: 2 probe(s) stopped after 300s, before any measured a peak: "
+        "raise probe.timeout (--probe-timeout SECONDS)"]
     assert "would fit with" not in err and "closest" not in err
     code, _, err = cli("apply", SEG / OCRNET, "--device", "cpu", "--budget", "2800MiB", "-o", tmp_path / "x.yml")
     assert (code, err.splitlines()[-1]) == (1, (
@@ -109,3 +109,60 @@ def test_the_training_command_apply_prints_trains_where_the_probes_ran(fake_cli,
     code, _, err = gpu("apply", checkout / config, "-o", tmp_path / "gpu.yml", "--force",
                        *(["-O", option] if option else []))
     assert code == 0 and not any(switch in " ".join(err.split()) for switch in ("cpu", "use_gpu")), err
+
+
+@pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
+def test_the_tuned_file_keeps_the_configs_suffix(fake_cli, tmp_path):
+    """Before: PPLCNet_x1_0.tuned.yml for PPLCNet_x1_0.yaml."""
+    checkout = tmp_path / "PaddleClas"
+    checkout.mkdir()
+    for part in ("ppcls", "tools"):
+        (checkout / part).symlink_to(CLAS / part)
+    mine = checkout / "lcnet.yaml"
+    mine.write_text((CLAS / PPLCNET).read_text())
+    cli, _ = fake_cli(FakeDevice())
+    code, _, err = cli("apply", mine, "--device", "cpu", "--budget", "64MiB")
+    assert code == 0 and err.endswith(f"wrote {checkout / 'lcnet.tuned.yaml'}\n"), err
+    assert (checkout / "lcnet.tuned.yaml").is_file()
+
+
+@pytest.mark.skipif(DET is None, reason=f"no PaddleDetection checkout in {client.KITS}")
+def test_a_kit_that_cannot_accumulate_is_tried_at_every_batch_that_may_fit_and_says_the_batch_it_trains(fake_cli,
+                                                                                                         tmp_path):
+    """Before: PP-YOLOE probed m=8 and m=2 (the divisors of 8) and wrote batch 2 where 3 fits; the chosen line said
+    "micro-batch 2 x accumulation 4 = 8" of a batch of 2; the floor note cited search.min_micro_batch."""
+    cli, backend = fake_cli(FakeDevice(batchnorm_layers=40))
+    out = tmp_path / "det.yml"
+    code, _, err = cli("apply", DET / PPYOLOE, "--device", "cpu", "--budget", "28MiB", "-o", out)
+    assert code == 0, err
+    assert [job.strategy["micro_batch"] for job in backend.jobs] == [8, 3]  # 4 predicted over: not probed
+    lines = err.splitlines()
+    assert ("note: micro-batch floor 2 applied (the model has 40 BatchNorm layers, whose statistics over fewer samples "
+            "are noisy); nothing below it probed") not in lines  # the search did not come down to the floor
+    assert ("chosen: fp32, batch 3, below the target 8 (this loop cannot accumulate: it trains 3 samples a step); "
+            "peak 26.0 MiB of 26.6 MiB (98%; budget 28.0 MiB less 5% headroom), 75.0 samples/s") in lines
+    assert ("warning: PaddleDetection's trainer cannot accumulate gradients: the batch per card falls from 8 to 3. Its "
+            "configs set LearningRate.base_lr for their total batch: scale it with the batch (linear scaling: x0.375 "
+            "here)") in lines
+    assert out.read_text().splitlines()[-1] == "TrainReader: {batch_size: 3}"
+
+
+@pytest.mark.skipif(SEG is None, reason=f"no PaddleSeg checkout in {client.KITS}")
+def test_paddlesegs_words_its_floor_its_learning_rate_and_estimates_base_files(fake_cli, tmp_path):
+    """Before: "micro-batch floor 2 applied (search.min_micro_batch)"; the learning-rate warning quoting PP-LiteSeg's
+    "batch_size: 4  # total: 4*4" for every config; `estimate` warning about the `_base_` paths of a file it does not
+    write."""
+    cli, _ = fake_cli(FakeDevice(batchnorm_layers=30))
+    code, _, err = cli("apply", SEG / OCRNET, "--device", "cpu", "--budget", "30MiB", "-O", "batch_size=8",
+                       "-o", tmp_path / "seg.yml")
+    assert code == 0, err
+    lines = err.splitlines()
+    assert ("warning: PaddleSeg cannot accumulate gradients: the batch per card falls from 8 to 4. Its configs set "
+            "lr_scheduler.learning_rate for their total batch (batch_size x cards): scale it with the batch (linear "
+            "scaling: x0.5 here)") in lines
+    code, _, err = cli("probe", SEG / OCRNET, "--device", "cpu", "--budget", "23MiB", "-O", "batch_size=8")
+    assert code == 1 and ("note: micro-batch floor 2 applied (the model has 30 BatchNorm layers, whose statistics "
+                          "over fewer samples are noisy); nothing below it probed") in err.splitlines(), err
+    code, _, err = cli("estimate", SEG / OCRNET, "--card", "26MiB", "-O", "batch_size=8")
+    assert code == 0 and "_base_" not in err, err
+    assert "predicted best: fp32, batch 3; peak 22.7 MiB of 24.7 MiB" in err.splitlines()

@@ -31,7 +31,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         PaddleFormers, PaddleNLP or kit file given neither -m nor -k: the strategy the file states."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
         options = common.config_options(kit_options, trailing)
-        spec = common.load(spec_path, {**common.overrides(budget, device, None, options, probe_timeout), **ranks}, backend)
+        spec = common.load(spec_path, {**common.overrides(budget, device, None, options, probe_timeout), **ranks},
+                           backend)
         given = {name: common.plain(value) for name, value in flags.items()}
         tool_file = checking.is_tool_file(spec)
         if given["micro_batch"] is None and (given["accumulation"] is not None or not tool_file):

@@ -82,7 +82,7 @@ def render_estimate(estimate: Estimate) -> None:
     if best is None:
         console.print(f"[bold red]nothing is predicted to fit[/] {format_bytes(limit)}")
     else:
-        console.print(f"[bold green]predicted best[/]: {escape(best_words(best.strategy, facts))}; peak "
+        console.print(f"[bold green]predicted best[/]: {escape(best_words(best.strategy, facts, accumulates=estimate.accumulates))}; peak "
                       f"{format_bytes(best.reserved)} of {format_bytes(limit)}")
         say(fills(best))
         say(f"  (the best by vramtune's preferences: {preferences()}. Speed is not estimated: `vramtune probe` on the "

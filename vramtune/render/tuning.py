@@ -85,7 +85,8 @@ def choice_line(report: Report) -> str:
     headroom = f"budget {format_bytes(budget.bytes)} less {format_setting(budget.headroom)} headroom"
     if chosen:
         used = chosen.used_bytes
-        return (f"chosen: {best_words(chosen.strategy, chosen.facts, report.target_batch)}; peak {format_bytes(used)} "
+        words = best_words(chosen.strategy, chosen.facts, report.target_batch, report.accumulates)
+        return (f"chosen: {words}; peak {format_bytes(used)} "
                 f"of {format_bytes(limit)} ({format_share(used, limit)}; {headroom}), "
                 f"{chosen.samples_per_sec:.1f} samples/s")
     stopped = timed_out_unmeasured(report.probes)

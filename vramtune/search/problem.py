@@ -37,6 +37,7 @@ class SearchProblem:
     #                                                                     any probe (memory/counted.py), or None
     activations: float | None = None  # fp32 activation bytes per sample predicted before any probe
     #                                   (memory/prior.py), or None
+    accumulates: bool = True  # False: the loop trains the micro-batch as its batch: a smaller one is never walked to
 
     @property
     def limit(self) -> float:

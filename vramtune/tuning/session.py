@@ -151,7 +151,8 @@ def search_problem(session: Session) -> SearchProblem:
                          speed_rises_with_batch=session.device.kind == "gpu",
                          state=counted_state(MECHANISMS, lambda: count_model(session),
                                              given_for(spec.train.optimizer, spec.settings)),
-                         activations=activation_prior(spec.model, session.device.kind))
+                         activations=activation_prior(spec.model, session.device.kind),
+                         accumulates=spec.settings["accumulation"].accumulates)
 
 
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
@@ -163,7 +164,8 @@ def report(session: Session, outcome: Outcome, seconds: float, reused: int, inte
                   probes=outcome.probes, notes=SOURCES[session.spec.source].notes(session.spec.model, device.kind)
                   + outcome.notes, closest=outcome.closest,
                   suggestions=SOURCES[session.spec.source].suggestions(session.spec.model, outcome.suggestions),
-                  reused=reused, interrupted=interrupted, seconds=seconds)
+                  reused=reused, interrupted=interrupted, seconds=seconds,
+                  accumulates=session.spec.settings["accumulation"].accumulates)
 
 
 def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> Report:

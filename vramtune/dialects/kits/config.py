@@ -44,6 +44,7 @@ class Kit:
     accumulates: bool = True  # False: a smaller batch is a smaller effective batch (PaddleOCR)
     cpu_options: tuple[str, ...] = ()  # the overrides its tools/train.py needs to train on a CPU (it defaults to a GPU)
     cpu_flags: str = ""  # the flags it needs for that instead (PaddleSeg: --device cpu)
+    base_key: str | None = None  # the key naming the base files a config inherits (relative to its folder)
 
     def environment(self, checkout: str) -> str:
         """What its tools/train.py needs in front of it to import the kit from its checkout (PaddleSeg: PYTHONPATH=.,
@@ -88,8 +89,9 @@ class Kit:
         files merged): its batch, and its accumulation, AMP and compiling where the kit has keys for them."""
         raise NotImplementedError
 
-    def changes(self, raw: dict[str, Any], tuned: Any) -> tuple[dict[str, Any], list[str]]:
-        """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know."""
+    def changes(self, raw: dict[str, Any], tuned: Any, target: int) -> tuple[dict[str, Any], list[str]]:
+        """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know (`target`: the
+        batch per card the search aimed at)."""
         raise NotImplementedError
 
 

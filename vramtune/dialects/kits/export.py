@@ -12,6 +12,7 @@ import yaml
 
 from vramtune.core.report import Report, Tuned
 from vramtune.dialects import yaml_file as tags
+from vramtune.dialects.kits.spec import base_advice
 from vramtune.dialects.recorded import with_budget_line
 from vramtune.dialects.roundtrip import set_keys
 
@@ -19,6 +20,11 @@ NAME, SUFFIX = "kit", ".tuned.yml"
 ACCEPTED = None  # the search explores only what the kit's config can say (spec(): recompute and sharding off)
 # the kits' model sources: the specs this format writes back
 SOURCES = ("paddleclas", "paddleocr", "paddleseg", "paddledetection")
+
+
+def output_name(spec_path: Path) -> str:
+    """ResNet50.yaml -> ResNet50.tuned.yaml, det.yml -> det.tuned.yml: the config's own suffix kept."""
+    return f"{spec_path.stem.removesuffix('.tuned')}.tuned{spec_path.suffix or '.yml'}"
 
 
 def is_kit_config(path: Path) -> bool:
@@ -94,7 +100,9 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
     from vramtune.dialects.kits import KITS
 
     kit, text = KITS[spec.source], Path(spec.model.config).read_text(encoding="utf-8")
-    changes, warnings = kit.changes(tags.safe_load(text), Tuned.of(report))
+    raw = tags.safe_load(text)
+    changes, warnings = kit.changes(raw, Tuned.of(report), spec.train.target_batch // spec.devices)
+    warnings += base_advice(raw, kit.base_key)
     tuned, followers = set_keys(text, changes, "yaml")
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
@@ -118,5 +126,5 @@ def estimate_options(spec: Any, strategy: Any) -> tuple[list[str], list[str]]:
     from vramtune.dialects.kits import KITS
 
     kit, raw = KITS[spec.source], tags.safe_load(Path(spec.model.config).read_text(encoding="utf-8"))
-    changes, warnings = kit.changes(raw, Tuned(strategy=strategy))
+    changes, warnings = kit.changes(raw, Tuned(strategy=strategy), spec.train.target_batch // spec.devices)
     return [f"{key}={kit.option_text(value)}" for key, value in changes.items()], warnings

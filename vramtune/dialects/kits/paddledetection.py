@@ -31,7 +31,7 @@ from vramtune.dialects.kits.codec import DETECTION_STATIC_KEY
 from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, eager_parameters, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
-from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
+from vramtune.dialects.kits.spec import batch_only_spec, positive_batch, smaller_batch
 
 BATCH = "TrainReader.batch_size"
 LOADER = "ppdet/core/workspace.py"
@@ -180,16 +180,16 @@ class PaddleDetection(Kit):
         """The batch alone: AMP is a flag of tools/train.py, and the trainer neither accumulates nor compiles."""
         return {"micro_batch": positive_batch(read_config(self.checkout(path), path, options), BATCH, path)}
 
-    def changes(self, raw, tuned):
+    def changes(self, raw, tuned, target):
         batch = tuned.strategy.micro_batch
-        warnings = [*smaller_batch(NO_ACCUMULATION, tuned), *base_advice(raw, "_BASE_")]
+        warnings = smaller_batch(NO_ACCUMULATION, tuned, target)
         # ppdet merges the file over its _BASE_ files key by key: a file without TrainReader gets one holding the batch
         has_reader = isinstance(raw, dict) and isinstance(raw.get("TrainReader"), dict)
         return ({BATCH: batch} if has_reader else {"TrainReader": {"batch_size": batch}}), warnings
 
 
 KIT = PaddleDetection(name="paddledetection", package="ppdet", sections=("architecture",), one_flag=True,
-                      accumulates=False, cpu_options=("use_gpu=false",))
+                      accumulates=False, cpu_options=("use_gpu=false",), base_key="_BASE_")
 
 
 class PaddleDetectionSource(KitSource):

@@ -146,7 +146,7 @@ class PaddleOCR(Kit):
                 "precision": stated_precision(level, get_key(config, "Global.amp_dtype", "float16")),
                 "to_static": bool(get_key(config, STATIC_KEY))}
 
-    def changes(self, raw, tuned):
+    def changes(self, raw, tuned, target):
         strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)
         changes: dict[str, Any] = {batch_key(raw): strategy.micro_batch}
         if eval_batch is not None:
@@ -157,7 +157,7 @@ class PaddleOCR(Kit):
             changes.update({"Global.use_amp": True, "Global.amp_level": level, "Global.amp_dtype": dtype})
         elif get_key(raw, "Global.use_amp"):
             changes["Global.use_amp"] = False
-        return changes, smaller_batch(LR_ADVICE, tuned)
+        return changes, smaller_batch(LR_ADVICE, tuned, target)
 
 
 KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True,
