@@ -44,9 +44,9 @@ def test_each_scale_has_its_own_batch():
 
 
 @needs_kit
-def test_a_detection_config_is_refused_by_name():
-    with pytest.raises(SpecError, match="only recognition models"):
-        load_spec(CHECKOUT / "configs/det/PP-OCRv5/PP-OCRv5_mobile_det.yml")
+def test_a_table_config_is_refused_by_name():
+    with pytest.raises(SpecError, match=r"only recognition models \(rec, not distilled\) and text detection \(det\)"):
+        load_spec(CHECKOUT / "configs/table/SLANet.yml")
 
 
 @needs_kit
