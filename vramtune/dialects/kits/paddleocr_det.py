@@ -272,7 +272,8 @@ def build(config: dict[str, Any], checkout: str) -> BuiltModel:
             return maps.mean()
         if swaps:
             swaps.train()
-        return train_loss(network(batch[0]), batch)["loss"]
+        total = train_loss(network(batch[0]), batch)["loss"]
+        return total.sum() if total.ndim else total  # PSE's is per image: backward() of it is its sum's
 
     return ReadAhead(make_batch, loss, model, kit_read_ahead(config, "Train.loader"),
                      kit_read_ahead(config, "Eval.loader"), upcoming).built(swaps.after_step if swaps else None, held)
