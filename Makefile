@@ -63,6 +63,7 @@ test-noise: install install26
 
 lint: install
 	$(BIN)/ruff check vramtune tests bench examples
+	$(BIN)/lint-imports
 
 # bench/run.py's first spec is bert-mini (PaddleNLP): it runs in .venv26.
 bench: install install26

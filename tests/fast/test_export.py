@@ -7,8 +7,9 @@ import json
 import pytest
 from fakes import FakeDevice, MiB, plan
 
-from vramtune.dialects.paddlenlp.export import ACCEPTED as TRAINER
-from vramtune.dialects.paddlenlp.keys import KNOWN as LLM_SCRIPTS
+from vramtune.dialects.paddlenlp.dialect import FORMAT as LLM_SCRIPTS
+from vramtune.dialects.paddlenlp.dialect import TRAINING_ARGUMENTS as TRAINER
+from vramtune.dialects.spec.dialect import FORMAT as YAML_SPEC
 from vramtune.export import expressible
 
 BUDGET = 40 * MiB
@@ -25,7 +26,7 @@ def measured(strategy, native=None):
 def test_the_chosen_is_exported_where_the_parser_says_it():
     chosen = measured(plan("fp32", 1024, 2, 4), NATIVE)  # no_recompute_layers: an llm-script key
     assert expressible.exported(chosen, [chosen], LLM_SCRIPTS, 1, measure=None) == expressible.Exported(chosen)
-    assert expressible.exported(chosen, [chosen], None, 1, measure=None) == expressible.Exported(chosen)  # yaml
+    assert expressible.exported(chosen, [chosen], YAML_SPEC, 1, measure=None) == expressible.Exported(chosen)
 
 
 def test_with_no_saved_probe_to_stand_in_the_neighbour_is_measured_once():

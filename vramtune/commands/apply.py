@@ -107,8 +107,8 @@ def exported_result(spec_session: session.Session, report: Report, format_name: 
     assert report.chosen is not None
     floor = expressible.micro_batch_floor(spec_session.spec.settings, report.chosen)
     try:
-        accepted = export.FORMATS[format_name].accepted  # None: the format says everything
-        return expressible.exported(report.chosen, [*report.probes, *saved], accepted, floor, measure)
+        return expressible.exported(report.chosen, [*report.probes, *saved], export.FORMATS[format_name], floor,
+                                    measure)
     except expressible.NothingExpressible as error:
         raise common.Failed(f"--format {format_name}: {error} (for the chosen one: {faithful})",
                             common.EXIT_NO_FIT) from None

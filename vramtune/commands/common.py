@@ -53,7 +53,7 @@ TimeoutOpt = typer.Option(None, "--probe-timeout", metavar="SECONDS", min=1.0, h
                           "before it is stopped (the spec's probe.timeout; default 300): a large model on a busy CPU "
                           "may need more")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "
-                          "shape check, prepare, warmup, measured steps, after)")
+                          "prepare, shape check, warmup, measured steps, after)")
 
 
 def _option_type(kind: type, choices: tuple[str, ...] | None = None) -> Any:

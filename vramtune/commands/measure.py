@@ -42,6 +42,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         unjudged = spec_session.budget.bytes == session.NO_BUDGET
         if unjudged:
             output.say("note: no budget given on cpu: measured, not judged (--budget B judges it)")
+        if spec_session.budget_note:
+            output.say(f"note: {spec_session.budget_note}")
         if given["micro_batch"] is None:  # a tool's own file: the strategy it states, the flags given set over it
             own = stated.stated_strategy(spec, spec_session.device.kind)
             output.say(f"note: the file's strategy: {own.label()}")

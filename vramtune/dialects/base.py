@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from vramtune.core.report import Report
+from vramtune.core.report import Report, Tuned
 from vramtune.core.spec import Spec
 from vramtune.core.strategy import Strategy
 
@@ -43,10 +43,15 @@ class Format:
     suffix: str
     render: Render  # (spec_path, spec, report, tuned_file) -> (text, warnings); tuned_file names the file written
     trained_by: str | None = None  # what trains the file it writes ("for the kit's own tools/train.py")
-    accepted: frozenset[str] | None = None  # the keys its reader accepts; None: it says every measured configuration
     refuses: Callable[[Path, Spec], str | None] = _writes_any  # why it cannot write this file (what it needs)
     prefer: Callable[[Spec, Report], tuple[Report, list[str]]] | None = None  # its own choice among the fitting
     output_name: Callable[[Path], str] | None = None  # the default output's file name; None: the stem + suffix
+    # why the file it writes cannot train a configuration as measured (its parser has no key for a tuned value), or
+    # None; `apply` then exports the fastest measured one it can say. None: it says every measured configuration
+    inexpressible: Callable[[Tuned], str | None] | None = None
+    # the configuration next to an inexpressible one that its file can say, for `apply` to measure when no saved
+    # probe stands in for it (None: none)
+    expressible_neighbour: Callable[[Tuned], Strategy | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,5 +67,5 @@ class Dialect:
     formats: tuple[Format, ...] = ()  # formats it offers other files besides (PaddleNLP's TrainingArguments JSON)
     refuses: Callable[[str, Path], str | None] = _written_by_any  # why another format cannot write its files
     # the strategy a file of its states (what `check` and `measure` read), for a probe on this kind of device (a CPU
-    # runs fp32 whatever the file's precision); None: read back through its format's writer (checking/stated.py)
+    # runs fp32 whatever the file's precision); None: its files carry a tuned: section (vramtune's own spec)
     stated: Callable[[Spec, str], Strategy] | None = None

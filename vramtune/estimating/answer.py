@@ -13,16 +13,16 @@ from typing import Any
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import AMP_DTYPES, PURE, SHARDING_STAGES, Facts, Strategy
+from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS, batch_keys, formers_facts, to_formers
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.factors import calibrated
 from vramtune.estimating.rows import counted_facts, predicted_best, recompute_levels
 from vramtune.memory.analytic import FLASH, activations
 from vramtune.memory.architecture import Architecture, architecture, count
 from vramtune.memory.state import Counts, Factors, Given, Row, row
-from vramtune.plugins import BY_NAME, MECHANISMS, formers_defaults
+from vramtune.plugins import MECHANISMS
 
 FINE_TUNINGS = ("LoRA", "full")
-FORMERS_DEFAULTS = formers_defaults()  # what PaddleFormers takes for the keys the mechanisms read
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
 
 
@@ -98,21 +98,17 @@ def strategies(question: Question, arch: Architecture, fine_tuning: str, facts: 
 
 
 def model_facts(counts: Counts, arch: Architecture) -> Facts:
-    """What the estimate knows of the model without a probe: the counted facts, and what every mechanism's
-    `formers_facts` says of its model_type (recompute: whether its code recomputes the first N layers)."""
-    return {**counted_facts(counts), **{key: value for mechanism in MECHANISMS
-                                        for key, value in mechanism.formers_facts(arch.model_type).items()}}
+    """What the estimate knows of the model without a probe: the counted facts, and what PaddleFormers' code does
+    of its model_type (recompute: whether its code recomputes the first N layers)."""
+    return {**counted_facts(counts), **formers_facts(arch.model_type)}
 
 
 def file_keys(best: Row, fine_tuning: str, counts: Counts, arch: Architecture) -> dict[str, Any]:
-    """The PaddleFormers keys that train the way a row predicts: the batch first, then what every mechanism's
+    """The PaddleFormers keys that train the way a row predicts: the batch first, then what the dialect's
     `to_formers` writes for the row on a GPU, told what the estimate knows of the model (`model_facts`)."""
     tuned = Tuned(best.strategy, model_facts(counts, arch), device_kind="gpu")
-    keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full",
-                            **BY_NAME["accumulation"].to_formers({}, tuned)}
-    for mechanism in MECHANISMS:
-        keys.update(mechanism.to_formers({}, tuned))
-    return keys
+    return {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full", **batch_keys(tuned),
+            **to_formers({}, tuned)}
 
 
 def installed_paddle() -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
+from vramtune.memory.line import Term
 
 BATCHNORM_FLOOR = 16  # BatchNorm statistics over fewer samples are noisy (Wu & He, Group Normalization, 2018)
 
@@ -35,8 +36,7 @@ class Accumulation(Mechanism):
     fields = (FIELDS["micro_batch"], FIELDS["accumulation"])
     options = (Option("max_accumulation", "--max-accumulation", int, None, "largest accumulation tried",
                       lambda value: {"search.max_accumulation": value}),)
-    nonnegative_term = False
-    soft_term = True
+    term = Term(nonnegative=False, soft=True)  # k = 1 frees the gradients before the next forward: measured
 
     def read(self, spec) -> AccumulationSearch:
         section = spec.search
@@ -76,13 +76,6 @@ class Accumulation(Mechanism):
             return [f"a smaller micro-batch: lower train.target_batch or raise search.max_accumulation "
                     f"(now {settings.max_accumulation}; the smallest micro-batch tried was {smallest})"]
         return []
-
-    def to_arguments(self, tuned):
-        return self.to_formers({}, tuned), []
-
-    def to_formers(self, config, tuned) -> dict:
-        return {"per_device_train_batch_size": tuned.strategy.micro_batch,
-                "gradient_accumulation_steps": tuned.strategy.accumulation}
 
     def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""

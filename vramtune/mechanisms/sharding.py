@@ -6,7 +6,6 @@ In the search: at the whole batch, stage 1 measured and higher stages where pred
 outer alternative, searched in depth where it lets a larger micro-batch fit than without."""
 from __future__ import annotations
 
-from vramtune.core.reading import Section
 from vramtune.core.strategy import FIELDS, SHARDING_STAGES
 from vramtune.mechanisms.base import Mechanism, SearchView
 
@@ -51,57 +50,6 @@ class Sharding(Mechanism):
         return {**state, **{STATE_PART[part]: state[STATE_PART[part]] // ranks
                             for part in PARTITIONED.get(strategy.sharding_stage, ())}}
 
-    def from_arguments(self, arguments) -> dict:
-        """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
-        the run has (at least). Offload and sharding_parallel_config options are not measured: refused."""
-        mode = arguments.get("sharding", str, "") or ""
-        degree = arguments.get("sharding_parallel_degree", int, -1)
-        legacy = arguments.get("sharding_degree", int, -1)
-        config = arguments.get("sharding_parallel_config", str, "") or ""
-        if "offload" in mode:
-            arguments.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
-        if config.strip() and mode.strip():
-            arguments.fail("sharding_parallel_config", f"{config!r} changes how sharding holds its buffers, which "
-                                                       "vramtune does not measure: leave it empty to tune")
-        ranks = max(degree or -1, legacy or -1)
-        return {"devices": ranks} if ranks > 1 else {}
-
-    def from_formers(self, config) -> dict:
-        """sharding (stage1 by default) and its degree, sharding_parallel_size, as PaddleNLP's keys say them;
-        offloading its buffers to the host refused (not measured)."""
-        data, offload = config.data, "sharding_offload_opt_buffersize_GB"
-        config.seen.add(offload)
-        if isinstance(data.get(offload), (int, float)) and data[offload] > 0:
-            config.fail(offload, f"{data[offload]!r} changes memory: offloading sharding's buffers is not measured: "
-                                 "remove it")
-        arguments = {"sharding": data.get("sharding", "stage1"),
-                     "sharding_parallel_degree": data.get("sharding_parallel_size", -1),
-                     **({"sharding_parallel_config": data["sharding_parallel_config"]}
-                        if "sharding_parallel_config" in data else {})}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
-
-    def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
-        """Every stage: the file's ranks (its degree) are the spec's, so its writer tells them apart."""
-        return {}, {"sharding_stage": SHARDING_STAGES[1:]}
-
-    def to_formers(self, config, tuned) -> dict:
-        """The stage chosen over the ranks; PaddleFormers' default (stage1 over every rank) turned off where the
-        choice is no sharding on several ranks. One rank writes nothing: sharding then holds nothing."""
-        stage, ranks = tuned.strategy.sharding_stage, tuned.strategy.devices
-        if stage:
-            return {"sharding": f"stage{stage}", "sharding_parallel_size": ranks}
-        return {"sharding": ""} if ranks > 1 and config.get("sharding", "stage1") else {}
-
-    def formers_on_cpu(self, arguments) -> dict:
-        return {"sharding": ""} if arguments.get("sharding", "stage1") else {}
-
-    def to_arguments(self, tuned):
-        """No stage on several ranks is written as `sharding: ""`: a stage the file stated would otherwise stay and
-        train what was not measured."""
-        stage = tuned.strategy.sharding_stage
-        if not stage:
-            return ({"sharding": ""} if tuned.strategy.devices > 1 else {}), []
-        return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned.strategy.devices}, []
 
     # -- search ------------------------------------------------------------------------------------------
     def considered(self, search: SearchView) -> dict[int, str | None]:

@@ -5,7 +5,6 @@ Not tried for PaddleNLP models: their Trainer converts with its own to_static pa
 not what the Trainer would run."""
 from __future__ import annotations
 
-from vramtune.core.reading import refuse_when_on
 from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, SearchView
 
@@ -18,28 +17,12 @@ class StaticGraph(Mechanism):
         wanted = spec.search.get("to_static", str, "auto", choices=("auto", "off")) != "off"
         return wanted and spec.model.data.get("source") != "paddlenlp"
 
-    def from_arguments(self, arguments) -> dict:
-        """The Trainer's own to_static key converts the model its way, not vramtune's: refused when on."""
-        refuse_when_on(arguments, "to_static", "the Trainer's own to_static conversion is not what vramtune "
-                                               "measures (it measures eager, and its own to_static for non-PaddleNLP "
-                                               "models): set it to false to tune")
-        return {}
-
-    def from_formers(self, config) -> dict:
-        """The Trainer converts with its own to_static key (refused when on: not measured), so vramtune's is not
-        searched either."""
-        refuse_when_on(config, "to_static", "the Trainer's to_static conversion is not measured (vramtune measures "
-                                            "eager): set it to false to tune")
-        return {"search.to_static": "off"}
 
     def weight(self, strategy) -> int:
         return int(strategy.to_static)
 
     def memory_group(self, strategy) -> str:
         return "static" if strategy.to_static else ""
-
-    def to_arguments(self, tuned):
-        return ({"to_static": True}, []) if tuned.strategy.to_static else ({}, [])
 
     def refine(self, best, search: SearchView) -> None:
         """to_static at the best configuration: a static graph may reuse memory more (and often runs faster).
@@ -55,15 +38,13 @@ class StaticGraph(Mechanism):
                 plain.used_bytes - (best.used_bytes - static.used_bytes) <= search.limit:
             search.probe("static", plain.strategy.with_(to_static=True))
 
-    def failed_first_step(self, strategy, error: str) -> str | None:
-        return f"to_static: the model cannot be converted: {error}" if strategy.to_static else None
-
     def prepare_training(self, model, optimizer, strategy, settings):
+        """The forward compiled; a model it cannot convert says so at its first call (Unsupported)."""
         if not strategy.to_static:
             return model, optimizer
-        import paddle
+        from vramtune.mechanisms.static_graph_paddle import converted
 
-        return paddle.jit.to_static(model, full_graph=True), optimizer
+        return converted(model), optimizer
 
 
 MECHANISM = StaticGraph()

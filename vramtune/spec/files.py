@@ -9,7 +9,8 @@ import yaml
 from vramtune.core.reading import Problem, SpecError
 from vramtune.core.report import Tuned
 from vramtune.dialects.base import Dialect
-from vramtune.plugins import DIALECTS, MECHANISMS
+from vramtune.dialects.spec.tuned import outdated
+from vramtune.plugins import DIALECTS
 from vramtune.spec.schema import Spec, spec_from_dict
 
 OPTIONS_ELSEWHERE = ("KEY=VALUE overrides / -O apply to PaddleFormers and kit configs only; for a vramtune spec or "
@@ -76,9 +77,9 @@ def require_tuned(spec: Spec) -> Tuned:
     """The `tuned:` section written by `vramtune apply`, or a SpecError saying how to get one."""
     if not spec.tuned:
         raise SpecError([Problem(spec.path, "tuned", MISSING_TUNED)])
-    outdated = [why for mechanism in MECHANISMS if (why := mechanism.outdated(spec.tuned))]
-    if outdated:
-        raise SpecError([Problem(spec.path, "tuned", why) for why in outdated])
+    refused = outdated(spec.tuned)
+    if refused:
+        raise SpecError([Problem(spec.path, "tuned", why) for why in refused])
     try:
         return Tuned.from_json(spec.tuned)
     except (KeyError, TypeError, ValueError) as error:

@@ -25,10 +25,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.kits.config import KitError, get_key
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.dialects.kits.ocr_ema import Swaps, ema, held_state, kept_copies
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.sources.base import BuiltModel
 
 DETECTORS = ("DB", "DB++", "EAST", "PSE", "SAST")
 # what the probe cannot make of these, and what to do instead

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vramtune.core.spec import Spec
 from vramtune.dialects.base import Dialect, Format, Reading
-from vramtune.dialects.paddleformers import export
+from vramtune.dialects.paddleformers import export, stated
 from vramtune.dialects.paddleformers.reading import formers_spec
 
 
@@ -32,4 +32,4 @@ def _read(path: Path, options: list[str], read_data: bool) -> Reading:
 FORMAT = Format(export.NAME, export.SUFFIX, export.render, trained_by="for paddleformers-cli train",
                 refuses=_needs_a_config, output_name=export.output_name)
 DIALECT = Dialect("paddleformers", FORMAT, recognises=export.is_formers_file, read=_read, takes_options=True,
-                  per_rank_batch=True, refuses=_others)
+                  per_rank_batch=True, refuses=_others, stated=stated.stated)

@@ -3,11 +3,12 @@
 JSON for a Trainer script of the user's own (export.py, `--format paddlenlp`)."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from vramtune.core.spec import Spec
 from vramtune.dialects.base import Dialect, Format, Reading
-from vramtune.dialects.paddlenlp import arguments_file, export
+from vramtune.dialects.paddlenlp import arguments_file, codec, export
 from vramtune.dialects.paddlenlp.reading import read_arguments, spec_from_arguments
 
 
@@ -24,7 +25,11 @@ def _read(path: Path, options: list[str], read_data: bool) -> Reading:
 
 
 FORMAT = Format(arguments_file.NAME, arguments_file.SUFFIX, arguments_file.render,
-                trained_by="for PaddleNLP's llm scripts", accepted=arguments_file.ACCEPTED, refuses=_needs_arguments)
-TRAINING_ARGUMENTS = Format(export.NAME, export.SUFFIX, export.render, accepted=export.ACCEPTED)
+                trained_by="for PaddleNLP's llm scripts", refuses=_needs_arguments,
+                inexpressible=partial(codec.inexpressible, accepted=arguments_file.ACCEPTED),
+                expressible_neighbour=codec.expressible_neighbour)
+TRAINING_ARGUMENTS = Format(export.NAME, export.SUFFIX, export.render,
+                            inexpressible=partial(codec.inexpressible, accepted=export.ACCEPTED),
+                            expressible_neighbour=codec.expressible_neighbour)
 DIALECT = Dialect("paddlenlp", FORMAT, recognises=lambda path: path.suffix == ".json", read=_read,
-                  per_rank_batch=True, formats=(TRAINING_ARGUMENTS,))
+                  per_rank_batch=True, formats=(TRAINING_ARGUMENTS,), stated=codec.stated)

@@ -18,11 +18,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vramtune.core.reading import Section, positive, refuse_when_on
+from vramtune.core.reading import Section, positive
 from vramtune.mechanisms.base import Mechanism
+from vramtune.mechanisms.evaluation.kept import peak_with_kept
 
 KEEP = ("logits", "predictions", "loss", "nothing")  # nothing: a loop that decodes each step on the host (the kits)
-MAX_MEASUREMENTS = 6  # evaluation batches measured per probe
 
 
 @dataclass
@@ -30,11 +30,6 @@ class EvaluationSettings:
     batch: int = 8  # the evaluation batch asked for (per device)
     keep: str = "logits"  # what each evaluation step keeps on the device
     accumulation_steps: int | None = None  # steps kept on the device before moving to the host (None: all)
-
-
-def kept_factor(accumulation_steps: int | None) -> int:
-    """Kept steps alive at the loop's peak: the buffer of the earlier ones is copied when a step is concatenated."""
-    return 2 * (accumulation_steps - 1) if accumulation_steps else 0
 
 
 class Evaluation(Mechanism):
@@ -56,30 +51,6 @@ class Evaluation(Mechanism):
         section.finish()
         return settings
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """The Trainer evaluates when do_eval is set or its evaluation strategy is not "no"; generation while
-        evaluating is refused (not measured)."""
-        refuse_when_on(arguments, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) "
-                                                             "is not measured: set it to false to tune the evaluation "
-                                                             "loss and predictions")
-        evaluates = bool(arguments.get("do_eval", bool, False))
-        strategy = arguments.get("evaluation_strategy", str, "no", choices=("no", "steps", "epoch"))
-        batch = arguments.get("per_device_eval_batch_size", int, 8, check=positive(1 << 20))
-        steps = arguments.get("eval_accumulation_steps", int, None, check=positive(1 << 20))
-        loss_only = arguments.get("prediction_loss_only", bool, False)
-        if not (evaluates or strategy not in (None, "no")):
-            return {}
-        return {"train.evaluation": {"batch": batch or 8, "keep": "loss" if loss_only else "predictions",
-                                     **({"accumulation_steps": steps} if steps else {})}}
-
-    def from_formers(self, config) -> dict[str, Any]:
-        """PaddleFormers' Trainer names its evaluation keys as PaddleNLP's does."""
-        refuse_when_on(config, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) is "
-                                                          "not measured: set it to false")
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, {
-            key: config.data[key] for key in ("do_eval", "evaluation_strategy", "per_device_eval_batch_size",
-                                              "eval_accumulation_steps", "prediction_loss_only")
-            if key in config.data}))
 
     def child_settings(self, settings: EvaluationSettings | None, budget) -> dict[str, Any] | None:
         """The limit picks which evaluation batches the child measures; the parent judges them again."""
@@ -99,15 +70,6 @@ class Evaluation(Mechanism):
         return (f"evaluation does not fit even at batch {smallest}: its peak "
                 f"{int(peak_with_kept(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
 
-    def to_arguments(self, tuned):
-        facts = tuned.facts
-        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
-        if chosen is None:
-            return {}, []
-        warnings = [f"per_device_eval_batch_size lowered from {requested} to {chosen}: evaluation at {requested} "
-                    "does not fit beside the training state"] if chosen < requested else []
-        return {"per_device_eval_batch_size": chosen}, warnings
-
     # -- child side --------------------------------------------------------------------------------------
     def after_measure(self, run, settings) -> dict[str, Any]:
         """Not when training alone is over the limit: the probe does not fit whatever evaluation does."""
@@ -122,14 +84,6 @@ class Evaluation(Mechanism):
                 "eval_peaks": {str(k): v for k, v in measured.peaks.items()},
                 "eval_kept": {str(k): v for k, v in measured.kept.items()},
                 "eval_accumulation_steps": settings["accumulation_steps"]}
-
-
-def peak_with_kept(peak: int | None, facts: dict[str, Any], size: int | None) -> float:
-    """One evaluation step's peak plus what the earlier kept steps hold (when eval_accumulation_steps bounds them):
-    what must fit, and what the report says of the evaluation batch chosen."""
-    if peak is None or size is None:
-        return float("inf")
-    return peak + kept_factor(facts.get("eval_accumulation_steps")) * facts["eval_kept"][str(size)]
 
 
 MECHANISM = Evaluation()

@@ -12,23 +12,16 @@ precision searched in depth where it could win (fp16-safe retried only after fp1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from vramtune.core.reading import Section
-from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, dtype_of, level_of
+from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, SAFE_BLACK_LIST, dtype_of, level_of
 from vramtune.core.text import did_you_mean
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
-SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cross_entropy_with_softmax", "exp",
-                   "log", "log_softmax", "layer_norm", "rms_norm", "mean", "reduce_mean", "sum", "reduce_sum",
-                   "pow", "square", "sqrt", "rsqrt", "gelu", "silu", "tanh", "sigmoid", "batch_norm")
 # what PaddleNLP's Trainer (2.8, autocast_smart_context_manager) passes to auto_cast, so probes train as it does
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 LOSS_SCALE = 2.0**15
-FORMERS_COMPUTE_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "float32"}  # a PaddleFormers compute_type per dtype
-CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
-              "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
 
 @dataclass
@@ -49,8 +42,7 @@ class Precision(Mechanism):
     options = (Option("precision", "--precision", str, None, "AMP modes allowed (fp16, bf16, fp16-o2, bf16-o2; fp32 "
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
-    shares_memory_group = True
-    formers_defaults: ClassVar[dict[str, Any]] = {"compute_type": "bf16", "amp_master_grad": True}
+    shares_memory_group = True  # fp16 and bf16 take the same bytes
 
     def read(self, spec) -> PrecisionSettings:
         """search.precisions: the AMP modes allowed, least memory first whatever the spec's order; the Trainer's
@@ -69,51 +61,6 @@ class Precision(Mechanism):
         return PrecisionSettings([p for p in AMP_PRECISIONS if p in values],
                                  bool(spec.train.get("amp_master_grad", bool, False)), **lists)
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """fp16 / bf16 say which half type the run uses (the search keeps to it and chooses O1 or O2); with neither,
-        every AMP mode is offered. amp_master_grad and the custom op lists are measured as the Trainer applies them."""
-        fp16, bf16 = arguments.get("fp16", bool, False), arguments.get("bf16", bool, False)
-        arguments.get("fp16_opt_level", str, "O1", choices=("O1", "O2"))
-        keys: dict[str, Any] = {}
-        if fp16 or bf16:
-            keys["search.precisions"] = [p for p in AMP_PRECISIONS if dtype_of(p) == ("bf16" if bf16 else "fp16")]
-        if arguments.get("amp_master_grad", bool, False) and (fp16 or bf16):  # the Trainer ignores it without AMP
-            keys["train.amp_master_grad"] = True
-        for name in ("black_list", "white_list"):
-            ops = arguments.get(f"amp_custom_{name}", list, None)
-            if ops:
-                keys[f"train.amp_custom_{name}"] = ops
-        return keys
-
-    def from_formers(self, config) -> dict[str, Any]:
-        """compute_type says the half type (bf16 by default; float32: none; the quantized types refused: GPU kernels),
-        with amp_master_grad on by default; the rest as a PaddleNLP arguments file names them."""
-        from vramtune.dialects.paddleformers.keys import ESTIMATE, QUANTIZED_TYPES
-
-        data, defaults = config.data, self.formers_defaults
-        checked = config.get("compute_type", str, defaults["compute_type"],
-                             choices=(*FORMERS_COMPUTE_TYPES.values(), *QUANTIZED_TYPES))
-        if checked in QUANTIZED_TYPES:
-            config.fail("compute_type", f"{checked!r} quantizes the weights with GPU kernels; a probe would measure "
-                                        f"unquantized weights: use {defaults['compute_type']} to tune, {ESTIMATE}")
-        compute_type = data.get("compute_type", defaults["compute_type"])  # null: no half type named
-        arguments = {"bf16": compute_type == "bf16", "fp16": compute_type == "fp16",
-                     "amp_master_grad": data.get("amp_master_grad", defaults["amp_master_grad"]),
-                     **{key: data[key] for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list")
-                        if key in data}}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
-
-    def to_formers(self, config, tuned) -> dict[str, Any]:
-        """On a GPU, compute_type and fp16_opt_level as chosen (a CPU probe's fp32 says nothing of the GPU's)."""
-        if tuned.device_kind == "cpu":
-            return {}
-        precision = tuned.strategy.precision
-        return {"compute_type": FORMERS_COMPUTE_TYPES[dtype_of(precision)],
-                **({"fp16_opt_level": level_of(precision)} if precision != "fp32" else {})}
-
-    def formers_on_cpu(self, arguments) -> dict[str, Any]:
-        cpu, default = FORMERS_COMPUTE_TYPES["fp32"], self.formers_defaults["compute_type"]
-        return {"compute_type": cpu} if arguments.get("compute_type", default) != cpu else {}
 
     def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,
@@ -133,12 +80,6 @@ class Precision(Mechanism):
     def speed_group(self, strategy) -> str:
         return strategy.precision
 
-    def activation_scale(self, strategy) -> float:
-        """The estimate's stated factors: AMP O1 keeps ~0.55 of fp32's activation bytes, O2 ~0.5."""
-        from vramtune.memory.state import Factors
-
-        return self.activation_factor(strategy, Factors())
-
     # -- the estimate ------------------------------------------------------------------------------------
     def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
         """O2: half weights (decorate keeps batch norms, and under fp16 layer norms, in fp32), half gradients (fp32
@@ -155,15 +96,6 @@ class Precision(Mechanism):
     def activation_factor(self, strategy, factors) -> float:
         return {"O0": 1.0, "O1": factors.o1_activations, "O2": factors.o2_activations}[level_of(strategy.precision)]
 
-    def to_arguments(self, tuned):
-        precision = tuned.strategy.precision
-        dtype = dtype_of(precision)
-        arguments: dict[str, Any] = {"fp16": dtype == "fp16", "bf16": dtype == "bf16"}
-        if precision != "fp32":
-            arguments["fp16_opt_level"] = level_of(precision)
-        if precision == "fp16-safe":
-            arguments["amp_custom_black_list"] = list(SAFE_BLACK_LIST)
-        return arguments, []
 
     # -- search ------------------------------------------------------------------------------------------
     def amp(self, search: SearchView) -> list[str]:
@@ -224,23 +156,6 @@ class Precision(Mechanism):
         return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)
 
     # -- child side --------------------------------------------------------------------------------------
-    def device_limits(self, kind: str, index: int) -> dict[str, str]:
-        """The AMP precisions the device cannot measure: none on a CPU (Paddle's AMP is a no-op there), those a GPU's
-        Paddle build or compute capability lacks."""
-        if kind == "cpu":
-            return {dtype: CPU_REASON for dtype in AMP_DTYPES}
-        import paddle
-
-        properties = paddle.device.cuda.get_device_properties(index)
-        name, place, unsupported = properties.name, f"gpu:{index}", {}
-        if not paddle.amp.is_float16_supported(place):
-            unsupported["fp16"] = f"{name} has no fp16 AMP support in this Paddle build"
-        elif properties.major < 7:  # auto_cast and decorate run fp32 there (paddle.amp, _is_gpu_float16_supported)
-            unsupported["fp16"] = f"{name} is below compute capability 7.0, where Paddle's fp16 AMP does nothing"
-        if not paddle.amp.is_bfloat16_supported(place):
-            unsupported["bf16"] = f"{name} has no bf16 support (needs compute capability 8.0+)"
-        return unsupported
-
     def prepare_training(self, model, optimizer, strategy, settings):
         """O2: the weights cast to half (BatchNorm kept fp32, and LayerNorm/InstanceNorm under fp16) and the
         optimizer given fp32 master weights, as PaddleNLP's Trainer does for fp16_opt_level O2, before data
