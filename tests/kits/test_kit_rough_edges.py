@@ -114,12 +114,7 @@ def test_the_training_command_apply_prints_trains_where_the_probes_ran(fake_cli,
 @pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
 def test_the_tuned_file_keeps_the_configs_suffix(fake_cli, tmp_path):
     """Before: PPLCNet_x1_0.tuned.yml for PPLCNet_x1_0.yaml."""
-    checkout = tmp_path / "PaddleClas"
-    checkout.mkdir()
-    for part in ("ppcls", "tools"):
-        (checkout / part).symlink_to(CLAS / part)
-    mine = checkout / "lcnet.yaml"
-    mine.write_text((CLAS / PPLCNET).read_text())
+    checkout, mine = client.user_clas_checkout(tmp_path, CLAS, "lcnet.yaml", (CLAS / PPLCNET).read_text())
     cli, _ = fake_cli(FakeDevice())
     code, _, err = cli("apply", mine, "--device", "cpu", "--budget", "64MiB")
     assert code == 0 and err.endswith(f"wrote {checkout / 'lcnet.tuned.yaml'}\n"), err

@@ -80,14 +80,9 @@ def test_a_kit_that_cannot_accumulate_gets_the_largest_batch_that_fits(fake_cli,
 
 @pytest.mark.skipif(CLAS is None, reason=f"no PaddleClas checkout in {client.KITS}")
 def test_amp_chosen_for_a_config_without_an_amp_section_writes_the_section(fake_cli, tmp_path):
-    checkout = tmp_path / "PaddleClas"
-    checkout.mkdir()
-    for part in ("ppcls", "tools"):
-        (checkout / part).symlink_to(CLAS / part)
     config = yaml.safe_load((CLAS / VIT).read_text())
     del config["AMP"]
-    mine = checkout / "vit.yaml"
-    mine.write_text(yaml.safe_dump(config, sort_keys=False))
+    _, mine = client.user_clas_checkout(tmp_path, CLAS, "vit.yaml", yaml.safe_dump(config, sort_keys=False))
     cli, _ = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB, amp_factor=0.5, amp_speed=2.0))
     out = tmp_path / "tuned.yaml"
     code, _, stderr = cli("apply", mine, "--budget", "35MiB", "-o", out, "-O", "DataLoader.Train.sampler.batch_size=8")
