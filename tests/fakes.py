@@ -73,6 +73,8 @@ class FakeDevice:
     seq: int = 0  # the sequence length the prior is computed at
     prior_scale: float = 1.0  # the prior handed to the search, this many times what config.json predicts (wrong)
     tool_drift: float = 0.0  # what the user's own tool holds beyond the probe's peak, as a fraction of it
+    eval_per_sample: float = 0.0  # evaluation's bytes per sample above the training state (0: evaluation not modelled)
+    probe_seconds: float = 0.0  # wall seconds a probe takes: over the timeout, it times out (as runner.classify says)
     calls: list[Strategy] = field(default_factory=list)
 
     def device(self) -> Device:
@@ -183,8 +185,28 @@ class FakeBackend:
 
     def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult:
         self.jobs.append(job)
+        if self.fake.probe_seconds > timeout:
+            return ProbeResult("timeout", Strategy.from_json(job.strategy), seconds=timeout,
+                               error=f"no result after {timeout:g}s; the probe's process group was ended")
         result = self.fake.result(Strategy.from_json(job.strategy), budget)
+        evaluation = job.settings.get("evaluation")
+        if evaluation and self.fake.eval_per_sample and result.measured:
+            result = dataclasses.replace(result, facts={**result.facts, **self.evaluated(evaluation)})
         return dataclasses.replace(result, status="measured" if result.measured else result.status)
+
+    def evaluated(self, evaluation: dict) -> dict:
+        """The evaluation facts a child reports (mechanisms/evaluation): the batch asked, halved until it fits."""
+        peaks, size = {}, evaluation["batch"]
+        while size >= 1:
+            peaks[size] = int(self.fake.fixed + self.fake.eval_per_sample * size)
+            if peaks[size] <= evaluation["limit"]:
+                break
+            size //= 2
+        fitting = [batch for batch, peak in peaks.items() if peak <= evaluation["limit"]]
+        return {"eval_requested": evaluation["batch"], "eval_batch": max(fitting, default=None),
+                "eval_peaks": {str(batch): peak for batch, peak in peaks.items()},
+                "eval_kept": {str(batch): 0 for batch in peaks},
+                "eval_accumulation_steps": evaluation["accumulation_steps"]}
 
     def count(self, job: ProbeJob, timeout: float) -> dict:
         """The fake model's parameters, as the lazy count says them (FakeDevice.model_counts)."""

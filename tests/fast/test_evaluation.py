@@ -36,7 +36,7 @@ def test_bad_evaluation_settings_are_named(write_spec, cli):
     code, _, err = cli("validate", path)
     assert code == 2 and err.splitlines() == [
         f"error: {path}: train.evaluation.batch: must be positive, got 0",
-        f"error: {path}: train.evaluation.keep: must be one of logits, predictions, loss; got 'all'",
+        f"error: {path}: train.evaluation.keep: must be one of logits, predictions, loss, nothing; got 'all'",
         f"error: {path}: train.evaluation.steps: unknown key"]
 
 PHASES = [m.judge for m in MECHANISMS]

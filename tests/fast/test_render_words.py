@@ -20,7 +20,7 @@ def test_the_choice_line_in_every_mechanism_s_words():
                         recomputed_blocks=3, recompute_granularity="core_attn")
     chosen = ProbeResult("measured", strategy, peak_bytes=300 * MiB, samples_per_sec=12.34,
                          facts={"total_blocks": 6})
-    report = SimpleNamespace(chosen=chosen, limit=400 * MiB, target_batch=16,
+    report = SimpleNamespace(chosen=chosen, limit=400 * MiB, target_batch=16, accumulates=True,
                              budget=SimpleNamespace(bytes=500 * MiB, headroom=0.2))
     assert choice_line(report) == (
         "chosen: bf16, micro-batch 4 x accumulation 2 x 2 devices = 16, recompute 3/6 blocks (core_attn), "

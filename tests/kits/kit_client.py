@@ -75,6 +75,18 @@ def kit(name: str) -> Path | None:
     return folder if (folder / "tools" / "train.py").is_file() else None
 
 
+def user_clas_checkout(root: Path, clas: Path, name: str, text: str) -> tuple[Path, Path]:
+    """A PaddleClas checkout of symlinks (its ppcls and tools) under `root` holding `text` as the user's own config
+    `name`: the checkout and the config."""
+    checkout = root / "PaddleClas"
+    checkout.mkdir()
+    for part in ("ppcls", "tools"):
+        (checkout / part).symlink_to(clas / part)
+    mine = checkout / name
+    mine.write_text(text)
+    return checkout, mine
+
+
 def write_images(folder: Path, count: int, height: int, width: int) -> list[str]:
     """`count` random JPEGs of the given size; their file names."""
     import cv2

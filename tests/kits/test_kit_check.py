@@ -14,12 +14,7 @@ VIT = "ppcls/configs/ImageNet/VisionTransformer/ViT_base_patch16_224.yaml"
 
 def vit_checkout(fake_cli, tmp_path):
     """A PaddleClas checkout of symlinks holding the ViT config as the user's own file, and a fake GPU CLI."""
-    checkout = tmp_path / "PaddleClas"
-    checkout.mkdir()
-    for part in ("ppcls", "tools"):
-        (checkout / part).symlink_to(CLAS / part)
-    mine = checkout / "vit.yaml"
-    mine.write_text((CLAS / VIT).read_text())
+    checkout, mine = client.user_clas_checkout(tmp_path, CLAS, "vit.yaml", (CLAS / VIT).read_text())
     cli, backend = fake_cli(FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB, amp_factor=0.5,
                                        amp_speed=2.0))
     return checkout, mine, cli, backend

@@ -23,7 +23,7 @@ def test_the_kits_shared_keys_in_and_out():
     assert search_off({"Global": {"to_static": True}}) == {"recompute": "off", "sharding": "off"}
     assert list(batch_only().items()) == [("recompute", "off"), ("sharding", "off"), ("to_static", "off"),
                                           ("precisions", ["fp32"])]
-    assert eval_phase(16) == {"evaluation": {"batch": 16, "keep": "loss"}}
+    assert eval_phase(16) == {"evaluation": {"batch": 16, "keep": "nothing"}}
     assert amp_choices(("float16",)) == ["fp16-o2", "fp16"]
     assert amp_choices(("float16", "bfloat16")) == ["fp16-o2", "bf16-o2", "fp16", "bf16"]
     assert {p: paddle_amp(Strategy(precision=p)) for p in ("fp32", "fp16", "bf16-o2", "fp16-safe")} == {

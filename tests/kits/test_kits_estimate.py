@@ -64,12 +64,14 @@ def test_paddleocr_estimate_below_the_configs_batch_says_the_learning_rate(fake_
     assert code == 0, err
     report = json.loads(out)
     best = report["best"]
-    assert (best["precision"], best["micro_batch"], best["accumulation"]) == ("bf16-o2", 8, 2)
-    # the kit reads -o values as YAML; it cannot accumulate: the batch it trains is 8, and the learning rate follows
-    assert report["kit_options"] == ["Train.sampler.first_bs=8", "Global.use_amp=true", "Global.amp_level=O2",
+    # every batch up to the target, not only its divisors (8 before): the kit cannot accumulate
+    assert (best["precision"], best["micro_batch"], best["accumulation"]) == ("bf16-o2", 15, 1)
+    # the kit reads -o values as YAML; the batch it trains is 15, and the learning rate follows
+    assert report["kit_options"] == ["Train.sampler.first_bs=15", "Global.use_amp=true", "Global.amp_level=O2",
                                      "Global.amp_dtype=bfloat16"]
     said = " ".join(err.split())
-    assert "the effective batch falls from 16 to 8 per card" in said and "x0.5 here" in said
+    assert "predicted best: bf16-o2, batch 15; peak" in said
+    assert "the effective batch falls from 16 to 15 per card" in said and "x0.938 here" in said
 
 
 @needs_clas

@@ -87,11 +87,11 @@ def test_amp_with_evaluation_writes_the_evaluation_under_amp_as_measured():
     raw = {"AMP": {"use_amp": False, "level": "O1", "use_fp16_test": False},
            "DataLoader": {"Train": {"sampler": {"batch_size": 64}}}}
     strategy = Strategy(micro_batch=32, accumulation=2, precision="fp16")
-    evaluated, _ = KIT.changes(raw, Tuned(strategy=strategy, facts={"eval_batch": 48}))
+    evaluated, _ = KIT.changes(raw, Tuned(strategy=strategy, facts={"eval_batch": 48}), 64)
     assert evaluated == {"DataLoader.Train.sampler.batch_size": 32, "Global.update_freq": 2,
                          "DataLoader.Eval.sampler.batch_size": 48, "AMP.use_amp": True, "AMP.level": "O1",
                          "AMP.use_fp16_test": True}
-    not_evaluated, _ = KIT.changes(raw, Tuned(strategy=strategy))
+    not_evaluated, _ = KIT.changes(raw, Tuned(strategy=strategy), 64)
     assert "AMP.use_fp16_test" not in not_evaluated
 
 

@@ -10,7 +10,7 @@ import typer
 
 from vramtune import export
 from vramtune.commands import common
-from vramtune.core.records import ProbeResult
+from vramtune.core.records import ProbeResult, timed_out_unmeasured
 from vramtune.core.report import Report
 from vramtune.core.strategy import Strategy
 from vramtune.core.verification import Verified
@@ -46,6 +46,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         kit_options: Optional[List[str]] = common.KitOpt,
         verify_with: Optional[str] = common.VerifyWithOpt,
         no_verify: bool = common.NoVerifyOpt,
+        probe_timeout: Optional[float] = common.TimeoutOpt,
         **flags: Any,
     ) -> None:
         """Write the tuned configuration (from saved results; probes first if there are none), once the file's own
@@ -58,7 +59,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
             raise common.BadFlags(problems)
         name = common.plain(format_name) or export.default_format(spec_path)
         options = common.config_options(kit_options, trailing)
-        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, options, backend)
+        spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, options, backend,
+                                       probe_timeout)
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:
@@ -72,6 +74,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
             if result.interrupted:
                 raise common.Failed("interrupted before anything was written: the finished probes are saved; run "
                                     "again to resume", common.EXIT_INTERRUPTED)
+        if not result.chosen and timed_out_unmeasured(result.probes):
+            raise common.Failed(f"nothing measured for {spec.name}: the probes timed out before any measured a "
+                                f"peak; raise --probe-timeout (now {spec.probe.timeout:g}s)", common.EXIT_NO_FIT)
         if not result.chosen:
             raise common.Failed(f"nothing fits {spec.name} within the budget; see "
                                 f"`{common.probe_command(spec_path, budget, device, target_batch, options)}`",

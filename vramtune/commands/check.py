@@ -34,6 +34,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         kit_options: Optional[List[str]] = common.KitOpt,
         verify_with: Optional[str] = common.VerifyWithOpt,
         no_verify: bool = common.NoVerifyOpt,
+        probe_timeout: Optional[float] = common.TimeoutOpt,
     ) -> None:
         """CI gate: re-probe the tuned configuration; exit 1 if it no longer fits, no longer trains or its peak
         grew. A PaddleFormers, PaddleNLP or kit file: its own strategy, exit 1 if its peak is over the budget. Where
@@ -46,7 +47,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if problems:
             raise common.BadFlags(problems)
         options = common.config_options(kit_options, trailing)
-        spec = common.load(tuned_path, {"budget": budget, "kit.options": options}, backend)
+        spec = common.load(tuned_path, {"budget": budget, "kit.options": options, "probe.timeout": probe_timeout},
+                           backend)
         if checking.is_tool_file(spec):
             verdict = checking.check_file(spec, backend, output.say, device, devices, options, not no_verify,
                                           verify_with)

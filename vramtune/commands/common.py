@@ -51,12 +51,15 @@ TrailingArg = typer.Argument(None, metavar="KEY=VALUE", show_default=False,
 KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit or PaddleFormers config's own "
                       "override (a kit's -o, e.g. -O Global.epochs=1); repeat for several")
 VerifyWithOpt = typer.Option(None, "--verify-with", metavar="COMMAND",
-                             help="the command that trains the tuned file for a few steps, {file} standing for it (a "
-                                  "vramtune spec's or a PaddleNLP arguments file's own script, e.g. \"python "
-                                  "run_finetune.py {file}\"); PaddleFormers' and the kits' files are verified by their "
-                                  "own tool without it")
+                             help="the command that trains the tuned file, {file} standing for it (your own loop "
+                                  "for a vramtune spec, your Trainer script for a PaddleNLP arguments file, e.g. "
+                                  "\"python run_finetune.py {file}\"; stopped after 3 optimizer steps); PaddleFormers' "
+                                  "files are verified by its workflow without it")
 NoVerifyOpt = typer.Option(False, "--no-verify", help="write the answer without training it once with the file's own "
                            "tool first")
+TimeoutOpt = typer.Option(None, "--probe-timeout", metavar="SECONDS", min=1.0, help="seconds a probe may run "
+                          "before it is stopped (the spec's probe.timeout; default 300): a large model on a busy CPU "
+                          "may need more")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "
                           "prepare, shape check, warmup, measured steps, after)")
 
@@ -106,9 +109,10 @@ def search_overrides(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def overrides(budget: str | None, device: str | None, target_batch: int | None = None,
-              kit_options: list[str] | None = None) -> dict[str, Any]:
+              kit_options: list[str] | None = None, probe_timeout: float | None = None) -> dict[str, Any]:
     """Command-line overrides as dotted spec keys; a budget of digits only is bytes, refused under 1 MiB."""
-    return {"budget": budget, "device": device, "train.target_batch": target_batch, "kit.options": kit_options}
+    return {"budget": budget, "device": device, "train.target_batch": target_batch, "kit.options": kit_options,
+            "probe.timeout": probe_timeout}
 
 
 def config_options(kit_options: list[str] | None, trailing: list[str] | None) -> list[str]:
@@ -142,11 +146,12 @@ def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backen
 
 
 def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
-                     flags: dict[str, Any], kit_options: list[str], backend: Backend) -> Spec:
+                     flags: dict[str, Any], kit_options: list[str], backend: Backend,
+                     probe_timeout: float | None = None) -> Spec:
     """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags, a config's
-    own overrides; checked for the packages the backend's probes need."""
-    return load(spec_path, {**overrides(budget, device, target_batch, kit_options), **search_overrides(flags)},
-                backend)
+    own overrides, the probe timeout; checked for the packages the backend's probes need."""
+    return load(spec_path, {**overrides(budget, device, target_batch, kit_options, probe_timeout),
+                            **search_overrides(flags)}, backend)
 
 
 def _save_traceback() -> str:

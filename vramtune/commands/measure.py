@@ -1,6 +1,7 @@
 """`vramtune measure SPEC -m M ...`: one isolated probe of one strategy."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -24,18 +25,23 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 json_output: bool = common.JsonOpt,
                 budget: Optional[str] = common.BudgetOpt, device: Optional[str] = common.DeviceOpt,
                 verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
-                **flags: Any) -> None:
-        """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit). A
+                probe_timeout: Optional[float] = common.TimeoutOpt, **flags: Any) -> None:
+        """Run one isolated probe of one strategy and print its measurements (exit 1 if it does not fit; on a CPU
+        given no --budget, measured without a verdict). A
         PaddleFormers, PaddleNLP or kit file given neither -m nor -k: the strategy the file states."""
         ranks = {"devices": flags["devices"]} if flags.get("devices") else {}  # an arguments file's batch is per rank
         options = common.config_options(kit_options, trailing)
-        spec = common.load(spec_path, {**common.overrides(budget, device, None, options), **ranks}, backend)
+        spec = common.load(spec_path, {**common.overrides(budget, device, None, options, probe_timeout), **ranks},
+                           backend)
         given = {name: common.plain(value) for name, value in flags.items()}
         tool_file = checking.is_tool_file(spec)
         if given["micro_batch"] is None and (given["accumulation"] is not None or not tool_file):
             neither = " with -k (give neither for the strategy the file states)" if tool_file else ""
             raise SpecError([Problem(str(spec_path), "--micro-batch", f"is required{neither}")])
-        spec_session = session.open_session(spec, backend, warn=output.warn)
+        spec_session = session.open_session(spec, backend, warn=output.warn, budget_required=False)
+        unjudged = spec_session.budget.bytes == session.NO_BUDGET
+        if unjudged:
+            output.say("note: no budget given on cpu: measured, not judged (--budget B judges it)")
         if spec_session.budget_note:
             output.say(f"note: {spec_session.budget_note}")
         if given["micro_batch"] is None:  # a tool's own file: the strategy it states, the flags given set over it
@@ -44,6 +50,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
             given = {**own.to_json(), **{name: value for name, value in given.items() if value is not None}}
         strategy = session.strategy_from_flags(spec, given)
         result = session.measure_checked(spec_session, strategy, on_wait=output.say)
+        if unjudged and result.measured:
+            result = dataclasses.replace(result, budget_bytes=None)
         render_measure(result, verbose)
         if json_output:
             output.emit_json(result.to_json())

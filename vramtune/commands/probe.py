@@ -26,10 +26,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
               target_batch: Optional[int] = common.TargetOpt,
               fresh: bool = typer.Option(False, "--fresh", help="ignore saved results and probe again"),
               verbose: bool = common.VerboseOpt, kit_options: Optional[List[str]] = common.KitOpt,
-              **flags: Any) -> None:
+              probe_timeout: Optional[float] = common.TimeoutOpt, **flags: Any) -> None:
         """Tune: run the probe ladder and print the fastest configuration that fits."""
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
-                                       common.config_options(kit_options, trailing), backend)
+                                       common.config_options(kit_options, trailing), backend, probe_timeout)
         spec_session = session.open_session(spec, backend, warn=output.warn)
         output.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
                    f"{spec.train.target_batch} within {format_bytes(spec_session.budget.bytes)}")

@@ -194,3 +194,12 @@ class ProbeResult:
         reasons += [why for judge in phases if (why := judge(self, budget.limit))]
         return dataclasses.replace(self, status="over_budget" if reasons else "fits",
                                    error="; ".join(reasons) or None, budget_bytes=budget.bytes)
+
+
+def timed_out_unmeasured(probes: Iterable[ProbeResult]) -> list[ProbeResult]:
+    """The probes that timed out, where no probe measured a peak: nothing is known of memory, so no verdict on it
+    (none: some probe measured, or none timed out)."""
+    probes = list(probes)
+    if any(probe.used_bytes for probe in probes):
+        return []
+    return [probe for probe in probes if probe.status == "timeout"]

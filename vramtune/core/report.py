@@ -31,6 +31,7 @@ class Report:
     interrupted: bool = False
     seconds: float = 0.0
     vramtune: str = __version__
+    accumulates: bool = True  # False: the loop trains the micro-batch as its batch (a kit that cannot accumulate)
 
     @property
     def limit(self) -> float:
@@ -48,7 +49,7 @@ class Report:
             "notes": self.notes,
             "closest": self.closest.to_json() if self.closest else None,
             "suggestions": self.suggestions, "reused": self.reused, "interrupted": self.interrupted,
-            "seconds": round(self.seconds, 2),
+            "seconds": round(self.seconds, 2), **({} if self.accumulates else {"accumulates": False}),
         }
 
     @classmethod
@@ -64,7 +65,8 @@ class Report:
                    target_batch=data["target_batch"], chosen=result(data["chosen"]),
                    probes=[ProbeResult.from_json(raw) for raw in data["probes"]], notes=list(data["notes"]),
                    closest=result(data["closest"]), suggestions=list(data["suggestions"]), reused=data["reused"],
-                   interrupted=data["interrupted"], seconds=data["seconds"], vramtune=data["vramtune"])
+                   interrupted=data["interrupted"], seconds=data["seconds"], vramtune=data["vramtune"],
+                   accumulates=data.get("accumulates", True))
 
 
 @dataclass

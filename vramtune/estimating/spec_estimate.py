@@ -58,6 +58,7 @@ class Estimate:
     probe_log: list[dict[str, Any]] = field(default_factory=list)  # each probe: what, when, its phases' seconds
     least_micro_batch: int = 1  # the floor `vramtune probe` keeps (a BatchNorm model's): no best below it
     sequence_fits: list[dict[str, Any]] = field(default_factory=list)  # probes extrapolated from shorter sequences
+    accumulates: bool = True  # False: the loop trains the micro-batch as its batch (a kit that cannot accumulate)
 
     @property
     def best(self) -> Row | None:
@@ -127,4 +128,5 @@ def estimate(spec: Spec, backend: Any, card_bytes: int, budget_bytes: int | None
                      f"(measured at {vocab:,} and {2 * vocab:,}), scale the activations back")
     return Estimate(spec.name, card_bytes, budget, devices, counts, fit, factors, rows, probed, scale,
                     time.monotonic() - start, prober.count, notes, buffer_ratio=ratio, probe_log=prober.log,
-                    least_micro_batch=least, sequence_fits=prober.fits)
+                    least_micro_batch=least, sequence_fits=prober.fits,
+                    accumulates=spec.settings["accumulation"].accumulates)

@@ -17,12 +17,17 @@ BATCHNORM_FLOOR = 16  # BatchNorm statistics over fewer samples are noisy (Wu & 
 class AccumulationSearch:
     max_accumulation: int = 64
     micro_batches: list[int] | None = None  # allowed micro-batch sizes; None = every divisor of the target
-    min_micro_batch: int | None = None  # None: BATCHNORM_FLOOR for models with BatchNorm layers, else 1
+    min_micro_batch: int | None = None  # None: batchnorm_floor for models with BatchNorm layers, else 1
+    batchnorm_floor: int = BATCHNORM_FLOOR  # the floor of a model with BatchNorm layers
+    # False: the training loop cannot accumulate (a kit's): the batch it trains is the micro-batch, so every one up to
+    # the target is a candidate, not only its divisors (accumulation only lets a probe measure a smaller batch)
+    accumulates: bool = True
 
     def candidates(self, target_batch: int) -> list[int]:
-        """Micro-batches that reach the target exactly within max_accumulation, largest first."""
+        """Micro-batches that reach the target exactly within max_accumulation, largest first (any up to the target
+        where the loop cannot accumulate)."""
         allowed = self.micro_batches or range(1, target_batch + 1)
-        return sorted((m for m in allowed if target_batch % m == 0
+        return sorted((m for m in allowed if (target_batch % m == 0 or not self.accumulates) and m <= target_batch
                        and target_batch // m <= self.max_accumulation), reverse=True)
 
 
@@ -38,7 +43,10 @@ class Accumulation(Mechanism):
         settings = AccumulationSearch(
             max_accumulation=section.get("max_accumulation", int, 64, check=positive(1 << 16)) or 64,
             micro_batches=section.get("micro_batches", list, None),
-            min_micro_batch=section.get("min_micro_batch", int, None, check=positive(1 << 20)))
+            min_micro_batch=section.get("min_micro_batch", int, None, check=positive(1 << 20)),
+            batchnorm_floor=section.get("batchnorm_floor", int, BATCHNORM_FLOOR, check=positive(1 << 20))
+            or BATCHNORM_FLOOR,
+            accumulates=bool(section.get("accumulates", bool, True)))
         if settings.micro_batches is not None and not all(
                 isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in settings.micro_batches):
             section.fail("micro_batches", f"must be a list of positive integers, got {settings.micro_batches}")
@@ -58,8 +66,8 @@ class Accumulation(Mechanism):
             return settings.min_micro_batch, "search.min_micro_batch"
         layers = facts.get("batchnorm_layers")
         if layers:
-            return BATCHNORM_FLOOR, f"the model has {layers} BatchNorm layers, whose statistics over fewer samples " \
-                                    "are noisy"
+            return settings.batchnorm_floor, f"the model has {layers} BatchNorm layers, whose statistics over fewer " \
+                                             "samples are noisy"
         return None
 
     def suggest(self, search: SearchView) -> list[str]:

@@ -34,8 +34,11 @@ class StoreError(Exception):
 
 def spec_key(raw_spec: dict[str, Any], device: Device, identity: dict[str, Any]) -> str:
     """A stable hash of what decides the measurements: the spec's content, the device, Paddle's and vramtune's
-    versions, and the source's identity (e.g. the factory module's text, PaddleNLP's version)."""
+    versions, and the source's identity (e.g. the factory module's text, PaddleNLP's version). Not the probe timeout:
+    how long a probe may run changes none of its figures (a probe that timed out sooner is probed again: tune)."""
     content = {key: value for key, value in raw_spec.items() if key not in ("tuned", "name")}
+    if isinstance(content.get("probe"), dict):
+        content["probe"] = {key: value for key, value in content["probe"].items() if key != "timeout"}
     key = json.dumps([content, device.kind, device.name, device.total_bytes, device.paddle_version, __version__,
                       identity], sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -82,8 +82,9 @@ def render_estimate(estimate: Estimate) -> None:
     if best is None:
         console.print(f"[bold red]nothing is predicted to fit[/] {format_bytes(limit)}")
     else:
-        console.print(f"[bold green]predicted best[/]: {escape(best_words(best.strategy, facts))}; peak "
-                      f"{format_bytes(best.reserved)} of {format_bytes(limit)}")
+        words = best_words(best.strategy, facts, accumulates=estimate.accumulates)
+        console.print(f"[bold green]predicted best[/]: {escape(words)}; peak {format_bytes(best.reserved)} of "
+                      f"{format_bytes(limit)}")
         say(fills(best))
         say(f"  (the best by vramtune's preferences: {preferences()}. Speed is not estimated: `vramtune probe` on the "
             "card measures it)")

@@ -8,7 +8,7 @@ from rich.markup import escape
 from vramtune.core.records import ProbeResult
 from vramtune.core.units import format_bytes
 from vramtune.render.output import console, error, say, styled_status
-from vramtune.render.words import measured_lines
+from vramtune.render.words import evaluation_lines, measured_lines
 
 
 def phase_line(result: ProbeResult) -> str:
@@ -19,15 +19,16 @@ def phase_line(result: ProbeResult) -> str:
 
 
 def render_measure(result: ProbeResult, verbose: bool = False) -> None:
-    used = result.used_bytes
-    console.print(f"{escape(result.strategy.label())}: {styled_status(result.status)}")
+    used, budget = result.used_bytes, result.budget_bytes
+    judged = budget is not None or not result.measured  # measured without a budget (a CPU given none): no verdict
+    console.print(f"{escape(result.strategy.label())}: {styled_status(result.status if judged else 'measured')}")
     if used:
         say(f"  peak {format_bytes(result.peak_bytes)} allocated"
             + (f", {format_bytes(result.reserved_bytes)} reserved" if result.reserved_bytes else "")
-            + f" (budget {format_bytes(result.budget_bytes)})")
+            + (f" (budget {format_bytes(budget)})" if judged else ""))
         say(f"  {result.step_seconds:.3f}s per optimizer step, {result.samples_per_sec:.1f} "
             f"samples/s, loss {result.loss}")
-    for line in measured_lines(result.facts):
+    for line in [*evaluation_lines(result.facts), *measured_lines(result.facts)]:
         say(f"  {line}")
     if result.error:
         say(f"  {result.error}")

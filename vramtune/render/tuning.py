@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from vramtune.core.records import ProbeResult
+from vramtune.core.records import ProbeResult, timed_out_unmeasured
 from vramtune.core.report import Report
 from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes, format_setting, format_share
@@ -85,9 +85,14 @@ def choice_line(report: Report) -> str:
     headroom = f"budget {format_bytes(budget.bytes)} less {format_setting(budget.headroom)} headroom"
     if chosen:
         used = chosen.used_bytes
-        return (f"chosen: {best_words(chosen.strategy, chosen.facts, report.target_batch)}; peak {format_bytes(used)} "
+        words = best_words(chosen.strategy, chosen.facts, report.target_batch, report.accumulates)
+        return (f"chosen: {words}; peak {format_bytes(used)} "
                 f"of {format_bytes(limit)} ({format_share(used, limit)}; {headroom}), "
                 f"{chosen.samples_per_sec:.1f} samples/s")
+    stopped = timed_out_unmeasured(report.probes)
+    if stopped:
+        return (f"nothing measured at target batch {report.target_batch}: {len(stopped)} probe(s) timed out, none "
+                "measured a peak (no verdict on memory).")
     return f"nothing fits {format_bytes(limit)} ({headroom}) at target batch {report.target_batch}."
 
 
@@ -117,6 +122,10 @@ def render_tuning(report: Report) -> None:
     elif report.chosen:
         console.print(f"[bold green]chosen[/]: {escape(choice_line(report).removeprefix('chosen: '))}")
         render_breakdown(report.chosen)
+    elif timed_out_unmeasured(report.probes):
+        console.print(f"[bold red]nothing measured[/] {escape(choice_line(report).removeprefix('nothing measured '))}")
+        for tip in report.suggestions:
+            say(f"  would measure with: {tip}")
     else:
         console.print(f"[bold red]nothing fits[/] {escape(choice_line(report).removeprefix('nothing fits '))}")
         closest = report.closest

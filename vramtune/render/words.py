@@ -11,12 +11,13 @@ from vramtune.core.units import format_bytes
 from vramtune.mechanisms.evaluation.kept import peak_with_kept
 
 
-def best_words(strategy: Strategy, facts: dict[str, Any], target_batch: int | None = None) -> str:
+def best_words(strategy: Strategy, facts: dict[str, Any], target_batch: int | None = None,
+               accumulates: bool = True) -> str:
     """A strategy as the one-line answer says it: the precision, the batch's factors (joined with " x ", then
     "= the target batch" when given), what saves memory (recompute, sharding; nothing when off). The estimate's
-    predicted best says it without the target batch."""
-    batch = [f"micro-batch {strategy.micro_batch} x accumulation {strategy.accumulation}",
-             *([f"{strategy.devices} devices"] if strategy.devices > 1 else [])]
+    predicted best says it without the target batch. Where the loop cannot accumulate (`accumulates` False) the
+    micro-batch is the batch it trains: said as that, with the target it falls short of."""
+    devices = [f"{strategy.devices} devices"] if strategy.devices > 1 else []
     memory = []
     if strategy.recomputed_blocks:
         granularity = strategy.recompute_granularity
@@ -24,7 +25,14 @@ def best_words(strategy: Strategy, facts: dict[str, Any], target_batch: int | No
                       + (f" ({granularity})" if granularity != "full" else ""))
     if strategy.sharding_stage:
         memory.append(f"sharding stage {strategy.sharding_stage}")
-    factors = " x ".join(batch) + (f" = {target_batch}" if target_batch is not None else "")
+    if accumulates:
+        factors = " x ".join([f"micro-batch {strategy.micro_batch} x accumulation {strategy.accumulation}", *devices]) \
+            + (f" = {target_batch}" if target_batch is not None else "")
+    else:
+        trained = strategy.micro_batch * strategy.devices
+        factors = " x ".join([f"batch {strategy.micro_batch}", *devices]) + (
+            f", below the target {target_batch} (this loop cannot accumulate: it trains {trained} samples a step)"
+            if target_batch is not None and trained < target_batch else "")
     return ", ".join([strategy.precision, factors, *memory])
 
 
@@ -36,7 +44,7 @@ def measured_lines(facts: dict[str, Any]) -> list[str]:
 
 def chosen_lines(result: ProbeResult) -> list[str]:
     """Lines about a chosen result: PEFT's trained parameters, the evaluation's batch and what it keeps."""
-    return [*_peft_lines(result.facts), *_evaluation_lines(result.facts)]
+    return [*_peft_lines(result.facts), *evaluation_lines(result.facts)]
 
 
 def _peft_lines(facts: dict[str, Any]) -> list[str]:
@@ -48,7 +56,9 @@ def _peft_lines(facts: dict[str, Any]) -> list[str]:
     return [f"{label}: {trained:,} of {total:,} parameters trained ({trained / total:.2%})"]
 
 
-def _evaluation_lines(facts: dict[str, Any]) -> list[str]:
+def evaluation_lines(facts: dict[str, Any]) -> list[str]:
+    """The evaluation batch chosen, its peak with the training state resident and what it keeps (none: no
+    evaluation, or none fits)."""
     chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
     if chosen is None:
         return []

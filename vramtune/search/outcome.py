@@ -2,7 +2,7 @@
 where nothing fits, the closest miss and what would make it fit."""
 from __future__ import annotations
 
-from vramtune.core.records import ProbeResult
+from vramtune.core.records import ProbeResult, timed_out_unmeasured
 from vramtune.core.units import format_bytes
 from vramtune.mechanisms.base import SearchView
 from vramtune.search.choice import choose
@@ -23,7 +23,12 @@ def finish(search: SearchView, record: Record) -> Outcome:
     elif why and floor > record.problem.micro_batches[-1] and stopped_at_floor(record, chosen, floor):
         record.note(f"micro-batch floor {floor} applied ({why}); nothing below it probed")
     outcome = Outcome(chosen, probes, record.notes)
-    if chosen is None:  # the closest miss a larger budget would make a choice: over it, at the floor or above
+    stopped = timed_out_unmeasured(probes)
+    if chosen is None and stopped:  # no verdict on memory: the probes ran out of time
+        outcome.suggestions = [f"a longer probe timeout: {len(stopped)} probe(s) stopped after "
+                               f"{max(probe.seconds for probe in stopped):.0f}s, before any measured a peak: raise "
+                               "probe.timeout (--probe-timeout SECONDS)"]
+    elif chosen is None:  # the closest miss a larger budget would make a choice: over it, at the floor or above
         misses = [r for r in probes if (r.used_bytes or 0) > record.problem.limit and r.strategy.micro_batch >= floor]
         outcome.closest = min(misses, key=lambda r: r.used_bytes or 0) if misses else None
         outcome.suggestions = suggest(search, record, outcome.closest)

@@ -39,6 +39,7 @@ class SearchProblem:
     #                                   (memory/prior.py), or None
     model_unsupported: Callable[[Strategy], str | None] | None = None  # why the model cannot train under a strategy
     #                                   on the device (its attention kernel in fp32), or None: that setting is skipped
+    accumulates: bool = True  # False: the loop trains the micro-batch as its batch: a smaller one is never walked to
 
     @property
     def limit(self) -> float:

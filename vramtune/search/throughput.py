@@ -58,7 +58,8 @@ class Throughput:
         if best_plain is not None and ascending.index(best_plain) >= floor:
             start = ascending.index(best_plain) + 1
             best = record.results[best_plain]
-            best, larger_is_faster = self.smaller_walk(ascending[floor:], start - 1 - floor, best)
+            if record.problem.accumulates:  # else a smaller micro-batch is a smaller batch trained: never preferred
+                best, larger_is_faster = self.smaller_walk(ascending[floor:], start - 1 - floor, best)
         if not larger_is_faster:
             return
         for axis in record.roles.axes:

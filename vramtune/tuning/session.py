@@ -48,11 +48,16 @@ class Session:
     ranks_checked: bool = False  # and those a probe of several ranks depends on
 
 
-def resolve_budget(spec: Spec, device: Device) -> int:
+NO_BUDGET = 1 << 62  # `measure` on a CPU given no budget: nothing is over it, the result is not judged
+
+
+def resolve_budget(spec: Spec, device: Device, required: bool = True) -> int:
     """The spec's budget, or for `auto` what the GPU has free for this run (its total memory where Paddle cannot say;
-    GPU only: a CPU budget is virtual)."""
+    GPU only: a CPU budget is virtual; where none is `required`, to measure without a verdict, NO_BUDGET)."""
     if spec.budget is not None:
         return spec.budget
+    if device.kind == "cpu" and not required:
+        return NO_BUDGET
     if device.kind == "cpu":
         raise SpecError([Problem(spec.path, "budget", "is required on cpu (a size like 512MiB, or --budget): the "
                                                       "CPU budget is virtual; 'auto' means a GPU's memory")])
@@ -70,9 +75,9 @@ def auto_budget_words(device: Device) -> str | None:
 
 
 def open_session(spec: Spec, backend: Backend, warn: Say, device: Device | None = None,
-                 budget_bytes: int | None = None) -> Session:
+                 budget_bytes: int | None = None, budget_required: bool = True) -> Session:
     device = device or backend.describe(spec.device)
-    budget = Budget(budget_bytes or resolve_budget(spec, device), spec.headroom)
+    budget = Budget(budget_bytes or resolve_budget(spec, device, budget_required), spec.headroom)
     note = auto_budget_words(device) if not budget_bytes and spec.budget is None else None
     identity = SOURCES[spec.source].identity(spec.model, spec.base_dir)
     return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device, identity), warn=warn), backend,
@@ -169,7 +174,8 @@ def search_problem(session: Session) -> SearchProblem:
                                              given_for(spec.train.optimizer, spec.settings)),
                          activations=model_prior(*shape, session.device.kind) if shape else None,
                          model_unsupported=lambda strategy: SOURCES[spec.source].unsupported(spec.model, strategy,
-                                                                                            session.device))
+                                                                                            session.device),
+                         accumulates=spec.settings["accumulation"].accumulates)
 
 
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
@@ -182,7 +188,8 @@ def report(session: Session, outcome: Outcome, seconds: float, reused: int, inte
                   + SOURCES[session.spec.source].notes(session.spec.model, device.kind) + outcome.notes,
                   closest=outcome.closest,
                   suggestions=SOURCES[session.spec.source].suggestions(session.spec.model, outcome.suggestions),
-                  reused=reused, interrupted=interrupted, seconds=seconds)
+                  reused=reused, interrupted=interrupted, seconds=seconds,
+                  accumulates=session.spec.settings["accumulation"].accumulates)
 
 
 def still_holds(result: ProbeResult, budget: Budget) -> bool:
@@ -198,7 +205,9 @@ def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False
         start = time.monotonic()
         if fresh:
             session.store.clear()
-        saved = session.store.load()
+        timeout = session.spec.probe.timeout  # a probe that timed out sooner than this is probed again
+        saved = {strategy: result for strategy, result in session.store.load().items()
+                 if result.status != "timeout" or result.seconds >= timeout}
         reused = 0
         finished: dict[Strategy, ProbeResult] = {}  # measured (and saved) by this run
 

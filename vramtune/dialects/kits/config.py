@@ -42,6 +42,14 @@ class Kit:
     config_flag: str = "-c"  # its tools/train.py's flags for the config file and the overrides
     option_flag: str = "-o"
     accumulates: bool = True  # False: a smaller batch is a smaller effective batch (PaddleOCR)
+    cpu_options: tuple[str, ...] = ()  # the overrides its tools/train.py needs to train on a CPU (it defaults to a GPU)
+    cpu_flags: str = ""  # the flags it needs for that instead (PaddleSeg: --device cpu)
+    base_key: str | None = None  # the key naming the base files a config inherits (relative to its folder)
+
+    def environment(self, checkout: str) -> str:
+        """What its tools/train.py needs in front of it to import the kit from its checkout (PaddleSeg: PYTHONPATH=.,
+        unless installed); "" for a kit whose tools/train.py puts its checkout on sys.path itself."""
+        return ""
 
     def value(self, text: str) -> Any:
         """A -o value as the kit's tools/train.py reads it."""
@@ -81,8 +89,9 @@ class Kit:
         files merged): its batch, and its accumulation, AMP and compiling where the kit has keys for them."""
         raise NotImplementedError
 
-    def changes(self, raw: dict[str, Any], tuned: Any) -> tuple[dict[str, Any], list[str]]:
-        """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know."""
+    def changes(self, raw: dict[str, Any], tuned: Any, target: int) -> tuple[dict[str, Any], list[str]]:
+        """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know (`target`: the
+        batch per card the search aimed at)."""
         raise NotImplementedError
 
 

@@ -43,6 +43,6 @@ def _stated(spec: Spec, device_kind: str) -> Strategy:
 
 
 FORMAT = Format(export.NAME, export.SUFFIX, export.render, trained_by="for the kit's own tools/train.py",
-                refuses=_needs_a_kit, prefer=export.prefer)
+                refuses=_needs_a_kit, prefer=export.prefer, output_name=export.output_name)
 DIALECT = Dialect("kit", FORMAT, recognises=export.is_kit_config, read=_read, takes_options=True,
                   per_rank_batch=True, refuses=_others, stated=_stated)

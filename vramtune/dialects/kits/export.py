@@ -12,6 +12,7 @@ import yaml
 
 from vramtune.core.report import Report, Tuned
 from vramtune.dialects import yaml_file as tags
+from vramtune.dialects.kits.spec import base_advice
 from vramtune.dialects.recorded import with_budget_line
 from vramtune.dialects.roundtrip import set_keys
 
@@ -19,6 +20,11 @@ NAME, SUFFIX = "kit", ".tuned.yml"
 ACCEPTED = None  # the search explores only what the kit's config can say (spec(): recompute and sharding off)
 # the kits' model sources: the specs this format writes back
 SOURCES = ("paddleclas", "paddleocr", "paddleseg", "paddledetection")
+
+
+def output_name(spec_path: Path) -> str:
+    """ResNet50.yaml -> ResNet50.tuned.yaml, det.yml -> det.tuned.yml: the config's own suffix kept."""
+    return f"{spec_path.stem.removesuffix('.tuned')}.tuned{spec_path.suffix or '.yml'}"
 
 
 def is_kit_config(path: Path) -> bool:
@@ -46,11 +52,29 @@ def is_tuned(option: str, keys: set[str]) -> bool:
     return any(key == tuned or key.startswith(f"{tuned}.") for tuned in keys)
 
 
-def command(kit: Any, spec: Any, changed: set[str], tuned_file: str) -> str:
-    """How to train the tuned file: the kit's tools/train.py, with the user's -o options that are not tuned keys."""
+def command(kit: Any, spec: Any, changed: set[str], tuned_file: str, device_kind: str) -> str:
+    """How to train the tuned file where it was probed: the kit's tools/train.py (what it needs to import the kit
+    from the checkout in front), with the user's -o options that are not tuned keys, and on a CPU what the kit needs
+    to train there (its tools/train.py defaults to a GPU) unless the user's options say it."""
     options = [option for option in spec.model.options if not is_tuned(option, changed)]
-    return (f"cd {shlex.quote(spec.model.checkout)} && python tools/train.py {kit.config_flag} "
-            f"{shlex.quote(tuned_file)}{kit.command_options(options)}")
+    flags = ""
+    if device_kind == "cpu":
+        given = {option.partition("=")[0] for option in options}
+        options += [option for option in kit.cpu_options if option.partition("=")[0] not in given]
+        flags = f" {kit.cpu_flags}" if kit.cpu_flags else ""
+    return (f"cd {shlex.quote(spec.model.checkout)} && {kit.environment(spec.model.checkout)}python tools/train.py "
+            f"{kit.config_flag} {shlex.quote(tuned_file)}{flags}{kit.command_options(options)}")
+
+
+def offline(kit: Any, spec: Any) -> list[str]:
+    """Where the kit downloads weights the probes left out (random weights, the same bytes): how to train offline."""
+    dropped = [option for option in spec.model.probe_options if option.partition("=")[0] not in
+               {given.partition("=")[0] for given in spec.model.options}]
+    if not dropped:
+        return []
+    keys = ", ".join(option.partition("=")[0] for option in dropped)
+    return [f"the kit downloads {keys} before it trains (the probes built random weights: the same bytes); offline, "
+            f"add{kit.command_options(dropped)}"]
 
 
 def prefer(spec: Any, report: Report) -> tuple[Report, list[str]]:
@@ -76,7 +100,9 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
     from vramtune.dialects.kits import KITS
 
     kit, text = KITS[spec.source], Path(spec.model.config).read_text(encoding="utf-8")
-    changes, warnings = kit.changes(tags.safe_load(text), Tuned.of(report))
+    raw = tags.safe_load(text)
+    changes, warnings = kit.changes(raw, Tuned.of(report), spec.train.target_batch // spec.devices)
+    warnings += base_advice(raw, kit.base_key)
     tuned, followers = set_keys(text, changes, "yaml")
     if followers:
         warnings.append(f"{', '.join(followers)} changed too: they alias an anchored key that was tuned")
@@ -86,7 +112,9 @@ def render(spec_path: Path, spec: Any, report: Report, tuned_file: str) -> tuple
         flag = kit.option_flag
         warnings.append(f"{flag} {f' {flag} '.join(overridden)}: tuned in the file now; do not pass them to the kit "
                         "again")
-    warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys, tuned_file))
+    warnings.append("train the tuned file with the kit: " + command(kit, spec, tuned_keys, tuned_file,
+                                                                    report.device_kind))
+    warnings += offline(kit, spec)
     kept = [option for option in spec.model.options if not is_tuned(option, tuned_keys)]
     return with_budget_line(tuned, report.budget.bytes, kept), warnings
 
@@ -98,5 +126,5 @@ def estimate_options(spec: Any, strategy: Any) -> tuple[list[str], list[str]]:
     from vramtune.dialects.kits import KITS
 
     kit, raw = KITS[spec.source], tags.safe_load(Path(spec.model.config).read_text(encoding="utf-8"))
-    changes, warnings = kit.changes(raw, Tuned(strategy=strategy))
+    changes, warnings = kit.changes(raw, Tuned(strategy=strategy), spec.train.target_batch // spec.devices)
     return [f"{key}={kit.option_text(value)}" for key, value in changes.items()], warnings

@@ -114,7 +114,7 @@ class PaddleClas(Kit):
         a RecModel's Backbone's, each distilled model's): they change no byte and are never downloaded."""
         return [f"{key}=False" for key in pretrained_keys(config.get("Arch"), "Arch")]
 
-    def changes(self, raw, tuned):
+    def changes(self, raw, tuned, target):
         strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)
         changes: dict[str, Any] = {TRAIN_BATCH: strategy.micro_batch, **compiled(tuned)}
         if strategy.accumulation > 1 or get_key(raw, UPDATE_FREQ) is not None:
@@ -135,7 +135,8 @@ class PaddleClas(Kit):
         return changes, []
 
 
-KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoader"))
+KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoader"),
+                 cpu_options=("Global.device=cpu",))
 
 
 class PaddleClasSource(KitSource):

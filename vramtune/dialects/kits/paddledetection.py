@@ -13,9 +13,10 @@ in fp32, and the warnings say so. Its EMA (`use_ema`, a config key) is measured:
 The probe builds what the trainer builds, with the kit's own code: `create(cfg.architecture)`, and trains on random
 images at the largest training size (`TrainReader.batch_transforms`' `BatchRandomResize`, the largest of its sizes,
 or a fixed-size `Resize`) with random ground-truth boxes, padded as `PadGT` pads them, at epoch 0, with the batches
-its DataLoader holds ahead (`worker_num`, `TrainReader.use_shared_memory`: kits/loader.py). One family's
-inputs are made in this version: PP-YOLOE / PP-YOLOE+ (`architecture: YOLOv3` with a `PPYOLOEHead`); every other
-is refused by name."""
+its DataLoader holds ahead (`worker_num`, `TrainReader.use_shared_memory`: kits/loader.py). The families whose inputs
+are made in this version: PP-YOLOE / PP-YOLOE+ (`architecture: YOLOv3` with a `PPYOLOEHead`) and PicoDet
+(`architecture: PicoDet` with a `PicoHeadV2`), both assigning boxes with their static ATSS assigner at epoch 0; every
+other is refused, naming the architecture and the heads it found, why its inputs are not made, and what to do."""
 from __future__ import annotations
 
 import ast
@@ -31,7 +32,7 @@ from vramtune.dialects.kits.codec import DETECTION_STATIC_KEY
 from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, eager_parameters, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
-from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
+from vramtune.dialects.kits.spec import batch_only_spec, positive_batch, smaller_batch
 
 BATCH = "TrainReader.batch_size"
 LOADER = "ppdet/core/workspace.py"
@@ -41,7 +42,25 @@ PARSER = ("ppdet/utils/cli.py", "_parse_opt")  # ArgsParser._parse_opt: tools/tr
 BOXES = 20  # ground-truth boxes per image in the probe's batches (PadGT pads every image to the batch's most)
 # the kit's OptimizerBuilder.optimizer.type -> vramtune's (the same state per weight)
 OPTIMIZERS = {"momentum": "momentum", "sgd": "sgd", "adam": "adam", "adamw": "adamw"}
-FAMILIES = "PP-YOLOE / PP-YOLOE+ (architecture: YOLOv3 with yolo_head: PPYOLOEHead)"
+# the families whose training inputs the probe makes: name -> (architecture, its head's key, the head, the words)
+FAMILIES = {"ppyoloe": ("YOLOv3", "yolo_head", "PPYOLOEHead", "PP-YOLOE / PP-YOLOE+"),
+            "picodet": ("PicoDet", "head", "PicoHeadV2", "PicoDet")}
+MADE = " and ".join(f"{words} ({architecture} with {key} {head})" for architecture, key, head, words in
+                    FAMILIES.values())
+# why the others' training inputs are not made, by architecture (and YOLOv3's own head)
+NOT_MADE = {
+    "YOLOv3": "YOLOv3's own head (and PP-YOLO's) trains on Gt2YoloTarget's targets per anchor and scale",
+    "FasterRCNN": ("an R-CNN samples proposals from its RPN per image (as many as its boxes give) and needs im_shape "
+                   "and is_crowd per image"),
+    "CascadeRCNN": "an R-CNN samples proposals from its RPN at every stage, per image (as many as its boxes give)",
+    "MaskRCNN": "an R-CNN samples proposals per image, and Mask R-CNN trains on each box's polygon (gt_poly)",
+    "DETR": "a DETR (RT-DETR, DINO, Deformable DETR) matches its queries to each image's boxes (Hungarian matching) "
+            "and RT-DETR adds denoising queries made from them",
+    "YOLOX": "YOLOX's SimOTA assigns each box as many anchors as its costs choose",
+}
+INSTEAD = ("what you can do: train it with the kit's own tools/train.py for a few iterations on the card (its log "
+           "prints max_mem_allocated and max_mem_reserved every log_iter steps) and lower TrainReader.batch_size "
+           "until they fit; or probe a PP-YOLOE+ or PicoDet config at the same image size")
 NO_ACCUMULATION = ("PaddleDetection's trainer cannot accumulate gradients: the batch per card falls from {target} to "
                    "{batch}. Its configs set LearningRate.base_lr for their total batch: scale it with the batch "
                    "(linear scaling: x{ratio:.3g} here)")
@@ -123,8 +142,20 @@ def train_size(config: dict[str, Any]) -> tuple[int, int]:
 def family_of(config: dict[str, Any]) -> str | None:
     """The family whose inputs the probe makes, None for another."""
     architecture = config.get("architecture")
-    head = get_key(config, f"{architecture}.yolo_head") if isinstance(architecture, str) else None
-    return "ppyoloe" if architecture == "YOLOv3" and head == "PPYOLOEHead" else None
+    return next((name for name, (built, key, head, _) in FAMILIES.items()
+                 if architecture == built and get_key(config, f"{architecture}.{key}") == head), None)
+
+
+def refusal(config: dict[str, Any]) -> str:
+    """Why an architecture the probe does not make the inputs of is refused: the heads it found, why, and what to do
+    instead."""
+    architecture = config["architecture"]
+    parts = config.get(architecture) if isinstance(config.get(architecture), dict) else {}
+    heads = ", ".join(f"{key} {value}" for key, value in parts.items()
+                      if isinstance(value, str) and (key.endswith("head") or key == "transformer"))
+    why = NOT_MADE.get(architecture, "its training inputs are not made by the probe")
+    return (f"architecture {architecture}{f' ({heads})' if heads else ''}: {why}. The probe makes the training inputs "
+            f"of {MADE} only in this version; {INSTEAD}")
 
 
 def optimizer_of(config: dict[str, Any]) -> str | None:
@@ -151,17 +182,19 @@ class PaddleDetection(Kit):
         batch = positive_batch(config, BATCH, path)
         if not isinstance(config.get("architecture"), str):
             raise KitError(f"{path}: no architecture (after its _BASE_ files)")
-        if family_of(config) is None:
-            raise KitError(f"{path}: architecture {config['architecture']}: the probe makes the training inputs of "
-                           f"{FAMILIES} only in this version")
+        family = family_of(config)
+        if family is None:
+            raise KitError(f"{path}: {refusal(config)}")
         if config.get(DETECTION_STATIC_KEY):  # the trainer compiles the model
             raise KitError(f"{path}: {DETECTION_STATIC_KEY}: True: probes train eager (-O {DETECTION_STATIC_KEY}=False "
                            "measures that)")
         height, width = train_size(config)
         optimizer = optimizer_of(config)
+        words = FAMILIES[family][3]
         warnings = [f"{path}: {FLAGS_ONLY}",
                     f"{path}: the dataset is never read: probes train on random {width}x{height} images (the largest "
-                    f"training size) with {BOXES} random boxes each, at epoch 0 (PP-YOLOE's static assigner)"]
+                    f"training size) with {BOXES} random boxes each, at epoch 0 ({words}'s static ATSS assigner, "
+                    "until static_assigner_epoch; the task-aligned one after it is not measured)"]
         dropped = [f"{key}.pretrained" for key, value in config.items()
                    if isinstance(value, dict) and isinstance(value.get("pretrained"), str)]  # a backbone's own URL
         if config.get("pretrain_weights") or dropped:
@@ -171,23 +204,25 @@ class PaddleDetection(Kit):
             warnings.append(f"{path}: OptimizerBuilder.optimizer.type "
                             f"{get_key(config, 'OptimizerBuilder.optimizer.type')}: measured with AdamW's state")
         # BatchNorm everywhere and no accumulation: batch 1 normalises one image per channel
-        return batch_only_spec(self, path, checkout, options, [f"{key}=null" for key in dropped], batch,
-                               optimizer), warnings
+        # pretrain_weights is the trainer's (tools/train.py loads it; the probe never does): set null too, so that
+        # apply says how to train offline (export.offline)
+        probe_options = [f"{key}=null" for key in ["pretrain_weights"] * bool(config.get("pretrain_weights")) + dropped]
+        return batch_only_spec(self, path, checkout, options, probe_options, batch, optimizer), warnings
 
     def stated(self, raw, path, options):
         """The batch alone: AMP is a flag of tools/train.py, and the trainer neither accumulates nor compiles."""
         return {"micro_batch": positive_batch(read_config(self.checkout(path), path, options), BATCH, path)}
 
-    def changes(self, raw, tuned):
+    def changes(self, raw, tuned, target):
         batch = tuned.strategy.micro_batch
-        warnings = [*smaller_batch(NO_ACCUMULATION, tuned), *base_advice(raw, "_BASE_")]
+        warnings = smaller_batch(NO_ACCUMULATION, tuned, target)
         # ppdet merges the file over its _BASE_ files key by key: a file without TrainReader gets one holding the batch
         has_reader = isinstance(raw, dict) and isinstance(raw.get("TrainReader"), dict)
         return ({BATCH: batch} if has_reader else {"TrainReader": {"batch_size": batch}}), warnings
 
 
 KIT = PaddleDetection(name="paddledetection", package="ppdet", sections=("architecture",), one_flag=True,
-                      accumulates=False)
+                      accumulates=False, cpu_options=("use_gpu=false",), base_key="_BASE_")
 
 
 class PaddleDetectionSource(KitSource):
@@ -214,6 +249,7 @@ class PaddleDetectionSource(KitSource):
             corners = paddle.rand([batch, BOXES, 2]) * paddle.to_tensor([width / 2, height / 2])
             sides = paddle.rand([batch, BOXES, 2]) * paddle.to_tensor([width / 2, height / 2]) + 4
             return {"image": paddle.randn([batch, 3, height, width]),
+                    "im_id": paddle.arange(batch, dtype="int64").reshape([batch, 1]),
                     "im_shape": paddle.to_tensor([[height, width]] * batch, "float32"),
                     "scale_factor": paddle.ones([batch, 2]),
                     "gt_class": paddle.randint(0, classes, [batch, BOXES, 1], "int32"),

@@ -11,8 +11,8 @@ batch.
 The probe builds what tools/train.py builds, in its order, with the kit's own code: the post-processing first (its
 character count sets the heads' sizes), the model, the loss; the batch is the kit's own label encoding of a text as
 long as the dictionary and max_text_length allow, in the config's KeepKeys order; the forward is the algorithm's
-(`model(images, data=batch[1:])` for SVTR, NRTR, ... as tools/program.py calls it). Recognition only here:
-detection, table and formula configs are refused by name."""
+(`model(images, data=batch[1:])` for SVTR, NRTR, ... as tools/program.py calls it). Text detection (det) is
+paddleocr_det.py's; table and formula configs are refused by name."""
 from __future__ import annotations
 
 import os
@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import yaml
 
 from vramtune.core.errors import BuildError
+from vramtune.dialects.kits import paddleocr_det as det
 from vramtune.dialects.kits.codec import (
     STATIC_KEY,
     amp_choices,
@@ -118,15 +119,17 @@ class PaddleOCR(Kit):
     def spec(self, raw, path, options):
         config = apply_options(raw, options, self.value)
         model_type = get_key(config, "Architecture.model_type")
-        if model_type != "rec" or get_key(config, "Architecture.algorithm") == "Distillation":
+        detection = model_type == "det"  # text detection: paddleocr_det.py
+        if not detection and (model_type != "rec" or get_key(config, "Architecture.algorithm") == "Distillation"):
             raise KitError(f"{path}: Architecture.model_type {model_type} "
                            f"({get_key(config, 'Architecture.algorithm')}): only recognition models (rec, not "
-                           "distilled) are measured in this version")
+                           "distilled) and text detection (det) are measured in this version")
         refuse_unmeasured(config, path)
         batch = positive_batch(config, batch_key(config), path)
         optimizer = str(get_key(config, "Optimizer.name", "Adam")).lower()
         warnings = [] if optimizer in OPTIMIZERS else [
             f"{path}: Optimizer.name {optimizer}: measured with AdamW's state (8 bytes per weight)"]
+        warnings += det.warnings(config, path, str(self.checkout(path))) if detection else []
         train = {"target_batch": batch, "optimizer": OPTIMIZERS.get(optimizer, "adamw"), "learning_rate": 0.001,
                  **amp_op_lists(config)}
         if evaluates(config):
@@ -135,7 +138,8 @@ class PaddleOCR(Kit):
         # floor: without accumulation a smaller batch is the only way to fit, BatchNorm or not
         search = {**search_off(config), "precisions": amp_choices(("float16", "bfloat16")), "min_micro_batch": 1}
         probe = {"steps": max(3, len(scales(config, batch)))}  # every scale in the measured steps
-        return kit_spec(self, path, self.checkout(path), options, [], train, search, probe=probe), warnings
+        return kit_spec(self, path, self.checkout(path), options, det.probe_options(config) if detection else [], train,
+                        search, probe=probe), warnings
 
     def stated(self, raw, path, options):
         """The batch (first_bs, else batch_size_per_card), AMP (tools/train.py's defaults: O2, float16) and
@@ -146,7 +150,7 @@ class PaddleOCR(Kit):
                 "precision": stated_precision(level, get_key(config, "Global.amp_dtype", "float16")),
                 "to_static": bool(get_key(config, STATIC_KEY))}
 
-    def changes(self, raw, tuned):
+    def changes(self, raw, tuned, target):
         strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)
         changes: dict[str, Any] = {batch_key(raw): strategy.micro_batch}
         if eval_batch is not None:
@@ -157,11 +161,11 @@ class PaddleOCR(Kit):
             changes.update({"Global.use_amp": True, "Global.amp_level": level, "Global.amp_dtype": dtype})
         elif get_key(raw, "Global.use_amp"):
             changes["Global.use_amp"] = False
-        return changes, smaller_batch(LR_ADVICE, tuned)
+        return changes, smaller_batch(LR_ADVICE, tuned, target)
 
 
 KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True,
-                accumulates=False)
+                accumulates=False, cpu_options=("Global.use_gpu=False",))
 
 
 def set_head_sizes(config: dict[str, Any], characters: int) -> None:
@@ -220,6 +224,8 @@ class PaddleOCRSource(KitSource):
 
             with open(settings.config, encoding="utf-8") as stream:
                 config = apply_options(yaml.safe_load(stream), settings.options, KIT.value)
+            if det.is_detection(config):
+                return det.build(config, settings.checkout)
             post_process = build_post_process(config["PostProcess"], config["Global"])
             characters = list(getattr(post_process, "character", []))
             set_head_sizes(config, len(characters))

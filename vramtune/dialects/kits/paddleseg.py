@@ -29,7 +29,7 @@ from vramtune.core.errors import BuildError
 from vramtune.dialects.kits.config import Kit, KitError, KitSource, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
-from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
+from vramtune.dialects.kits.spec import batch_only_spec, positive_batch, smaller_batch
 
 BATCH = "batch_size"
 LOADER = "paddleseg/cvlibs/config.py"
@@ -48,8 +48,8 @@ TARGETS = {"AddEdgeLabel": "edge labels (GSCNN, DecoupledSegNet, PIDNet)",
            "GenerateInstanceTargets": "instance targets (MaskFormer)",
            "AddMultiLabelAuxiliaryCategory": "multi-label targets (multilabelseg)"}
 LR_ADVICE = ("PaddleSeg cannot accumulate gradients: the batch per card falls from {target} to {batch}. Its configs "
-             "set lr_scheduler.learning_rate for their total batch (`batch_size: 4  # total: 4*4`): scale it with the "
-             "batch (linear scaling: x{ratio:.3g} here)")
+             "set lr_scheduler.learning_rate for their total batch (batch_size x cards): scale it with the batch "
+             "(linear scaling: x{ratio:.3g} here)")
 FLAGS_ONLY = ("AMP is set by tools/train.py's flags in PaddleSeg, not by a config key: searched in fp32 only (the "
               "tuned file cannot carry it; `vramtune measure CONFIG` measures one batch under AMP); "
               "--use_ema (a copy of the weights) and --do_eval (batch 1 on whole validation images) are flags too: "
@@ -184,12 +184,19 @@ class PaddleSeg(Kit):
         """The batch alone: AMP is a flag of tools/train.py, and the kit neither accumulates nor compiles."""
         return {"micro_batch": positive_batch(read_config(self.checkout(path), path, options), BATCH, path)}
 
-    def changes(self, raw, tuned):
-        return {BATCH: tuned.strategy.micro_batch}, [*smaller_batch(LR_ADVICE, tuned), *base_advice(raw, "_base_")]
+    def changes(self, raw, tuned, target):
+        return {BATCH: tuned.strategy.micro_batch}, smaller_batch(LR_ADVICE, tuned, target)
+
+    def environment(self, checkout):
+        """PaddleSeg's tools/train.py imports paddleseg without putting its checkout on sys.path (its docs: `export
+        PYTHONPATH=$(pwd)`, or `pip install -e .`): PYTHONPATH=. unless it is importable here from elsewhere."""
+        import importlib.util
+
+        return "" if importlib.util.find_spec("paddleseg") is not None else "PYTHONPATH=. "
 
 
 KIT = PaddleSeg(name="paddleseg", package="paddleseg", sections=("model",), one_flag=True, accumulates=False,
-                config_flag="--config", option_flag="--opts")
+                config_flag="--config", option_flag="--opts", cpu_flags="--device cpu", base_key="_base_")
 
 
 def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int, int]:

@@ -23,34 +23,36 @@ def positive_batch(config: dict[str, Any], key: str, path: Path) -> int:
 def kit_spec(kit: Kit, path: Path, checkout: Path, options: list[str], probe_options: list[str],
              train: dict[str, Any], search: dict[str, Any], **more: Any) -> dict[str, Any]:
     """The raw spec of a kit config: its model (the config in its checkout, the user's overrides and the probe's),
-    `train` and `search` (and `more` sections), the device and the budget left to the command line."""
+    `train` and `search` (and `more` sections), the device and the budget left to the command line. A kit that
+    cannot accumulate trains its micro-batch as its batch: every one up to the target is tried."""
     return {"name": path.stem,
             "model": {"source": kit.name, "config": str(path.resolve()), "checkout": str(checkout),
                       "options": list(options), "probe_options": probe_options},
-            "data": {}, "train": train, "device": "auto", "budget": "auto", "search": search, **more}
+            "data": {}, "train": train, "device": "auto", "budget": "auto",
+            "search": {**search, **({} if kit.accumulates else {"accumulates": False})}, **more}
 
 
 def batch_only_spec(kit: Kit, path: Path, checkout: Path, options: list[str], probe_options: list[str],
                     batch: int, optimizer: str | None) -> dict[str, Any]:
-    """The spec of a kit that neither accumulates nor recomputes and whose AMP is a flag: fp32 batches from
-    MIN_BATCH (or the config's batch, if smaller) to the config's, with vramtune's optimizer of the same state
-    (AdamW's for one it does not know)."""
+    """The spec of a kit that neither accumulates nor recomputes and whose AMP is a flag: fp32 batches up to the
+    config's, from MIN_BATCH where the model has BatchNorm, with vramtune's optimizer of the same state (AdamW's for
+    one it does not know)."""
     return kit_spec(kit, path, checkout, options, probe_options,
                     {"target_batch": batch, "optimizer": optimizer or "adamw", "learning_rate": 0.001},
-                    {**batch_only(), "min_micro_batch": min(MIN_BATCH, batch)})
+                    {**batch_only(), "batchnorm_floor": MIN_BATCH})
 
 
-def smaller_batch(advice: str, tuned: Any) -> list[str]:
+def smaller_batch(advice: str, tuned: Any, target: int) -> list[str]:
     """The kit's learning-rate advice (`advice` with {target}, {batch} and {ratio}) where the written batch is
-    smaller than the target: a kit that cannot accumulate trains a smaller effective batch."""
+    smaller than the target per card: a kit that cannot accumulate trains a smaller effective batch."""
     batch = tuned.strategy.micro_batch
-    target = batch * tuned.strategy.accumulation  # per card, as the kits' batch keys are
     return [advice.format(target=target, batch=batch, ratio=batch / target)] if batch < target else []
 
 
-def base_advice(raw: Any, key: str) -> list[str]:
-    """Where the user's file inherits (`key`: _base_, _BASE_): the tuned file must stay beside it."""
-    bases = raw.get(key) if isinstance(raw, dict) else None
+def base_advice(raw: Any, key: str | None) -> list[str]:
+    """Where the user's file inherits (`key`: _base_, _BASE_; None: the kit's configs do not): the tuned file must
+    stay beside it."""
+    bases = raw.get(key) if isinstance(raw, dict) and key else None
     if not bases:
         return []
     said = bases if isinstance(bases, str) else ", ".join(map(str, bases))

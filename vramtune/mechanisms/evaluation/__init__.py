@@ -8,7 +8,7 @@ stays on the device until `eval_accumulation_steps` steps have run (by default, 
 that setting the kept buffer, which the loop's concatenation copies, is counted; without it the report says what each
 sample adds.
 
-Spec: `train.evaluation: {batch: 32, keep: logits | predictions | loss, accumulation_steps: N}`. A PaddleNLP
+Spec: `train.evaluation: {batch: 32, keep: logits | predictions | loss | nothing, accumulation_steps: N}`. A PaddleNLP
 arguments file: `do_eval` or an `evaluation_strategy` other than `no`, `per_device_eval_batch_size`,
 `eval_accumulation_steps`, `prediction_loss_only` (else the llm scripts' argmax predictions).
 """
@@ -22,7 +22,7 @@ from vramtune.core.reading import Section, positive
 from vramtune.mechanisms.base import Mechanism
 from vramtune.mechanisms.evaluation.kept import peak_with_kept
 
-KEEP = ("logits", "predictions", "loss")
+KEEP = ("logits", "predictions", "loss", "nothing")  # nothing: a loop that decodes each step on the host (the kits)
 
 
 @dataclass

@@ -93,7 +93,10 @@ def _bytes(tensor: Any) -> int:
 
 def _kept_bytes(keep: str, loss: Any, output: Any, batch: Any) -> int:
     """What the Trainer's evaluation loop keeps of one step: the loss, and unless only the loss is asked the labels
-    with the logits or their argmax (int64, as the llm scripts' prediction step returns)."""
+    with the logits or their argmax (int64, as the llm scripts' prediction step returns); nothing where the loop
+    decodes each step on the host."""
+    if keep == "nothing":
+        return 0
     if keep == "loss":
         return _bytes(loss)
     if hasattr(output, "numel"):
