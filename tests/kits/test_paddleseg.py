@@ -223,3 +223,37 @@ def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
     assert ("note: in PaddleSeg's keys: m (the micro-batch) is batch_size; k only measures a smaller batch, which "
             "PaddleSeg cannot accumulate: apply writes the largest m that fits; r=0: no block re-run in backward "
             "(PaddleSeg has no key for it; never searched)" in " ".join(stderr.split()))
+
+
+@needs_kit
+@needs_requirements
+@pytest.mark.paddle
+def test_apply_verifies_the_answer_with_the_kits_own_train_on_the_users_data(tmp_path):
+    """The dataset's place given with -O (issue 36): apply runs PaddleSeg's tools/train.py on the tuned file for 3
+    optimizer steps (the hook ends it), its output in a scratch folder, and reads its peak beside the probe's."""
+    options = [CROP, *seg_dataset(tmp_path / "data", 36, 144)]
+    out = tmp_path / "optic.tuned.yml"
+    before = sorted(path.name for path in CHECKOUT.iterdir())
+    done = vramtune("apply", str(CHECKOUT / OPTIC), "--device", "cpu", "--budget", "190MiB", "-o", str(out),
+                    "--json", *[f"-O{option}" for option in options], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout)
+    [run] = answer["verification"]
+    assert (run["tool"], run["status"], run["steps"]) == ("PaddleSeg's tools/train.py", "fits", 3), run
+    assert run["probe_bytes"] == answer["exported"]["peak_bytes"]
+    log_band(run["probe_bytes"], run["peak_bytes"])
+    assert 0.995 <= run["ratio"] <= 1.01, run
+    assert "verified by PaddleSeg's tools/train.py: " in done.stderr
+    assert sorted(path.name for path in CHECKOUT.iterdir()) == before  # nothing written in the user's checkout
+
+
+@needs_kit
+def test_where_the_configs_data_is_not_there_the_kit_does_not_verify_and_says_why(fake_cli, tmp_path):
+    cli, backend = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
+    code, _, stderr = cli("apply", CHECKOUT / OPTIC, "--device", "cpu", "--budget", "30MiB", "-o",
+                          tmp_path / "t.yml")
+    assert code == 0 and backend.tool_runs == [], stderr
+    assert (f"not verified by the file's own tool: PaddleSeg's tools/train.py trains on the config's own data, which "
+            f"is not in {CHECKOUT} (train_dataset.dataset_root: data/optic_disc_seg; train_dataset.train_path: "
+            "data/optic_disc_seg/train_list.txt): give its place with -O, or name a run of your own with "
+            "--verify-with\n") in stderr

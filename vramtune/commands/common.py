@@ -54,7 +54,7 @@ VerifyWithOpt = typer.Option(None, "--verify-with", metavar="COMMAND",
                              help="the command that trains the tuned file, {file} standing for it (your own loop "
                                   "for a vramtune spec, your Trainer script for a PaddleNLP arguments file, e.g. "
                                   "\"python run_finetune.py {file}\"; stopped after 3 optimizer steps); PaddleFormers' "
-                                  "files are verified by its workflow without it")
+                                  "and the kits' files are verified by their own tool without it")
 NoVerifyOpt = typer.Option(False, "--no-verify", help="write the answer without training it once with the file's own "
                            "tool first")
 TimeoutOpt = typer.Option(None, "--probe-timeout", metavar="SECONDS", min=1.0, help="seconds a probe may run "

@@ -45,6 +45,10 @@ class Kit:
     cpu_options: tuple[str, ...] = ()  # the overrides its tools/train.py needs to train on a CPU (it defaults to a GPU)
     cpu_flags: str = ""  # the flags it needs for that instead (PaddleSeg: --device cpu)
     base_key: str | None = None  # the key naming the base files a config inherits (relative to its folder)
+    title: str = ""  # its name in words: PaddleOCR
+    data_keys: tuple[str, ...] = ()  # the keys naming what its training reads (relative to the checkout)
+    output_option: str = ""  # the override naming where its tools/train.py writes (logs, checkpoints)
+    output_flag: str = ""  # or the flag (PaddleSeg: --save_dir)
 
     def environment(self, checkout: str) -> str:
         """What its tools/train.py needs in front of it to import the kit from its checkout (PaddleSeg: PYTHONPATH=.,
@@ -59,15 +63,22 @@ class Kit:
         """A value as a -o override's text that `value` reads back (a Python literal; a string as it is)."""
         return value if isinstance(value, str) else repr(value)
 
+    def option_arguments(self, options: list[str]) -> list[str]:
+        """The -o part of the kit's argv for these overrides."""
+        if not options or not self.one_flag:
+            return [part for option in options for part in (self.option_flag, option)]
+        return [self.option_flag, *options]
+
     def command_options(self, options: list[str]) -> str:
         """The -o part of the kit's command line for these overrides."""
         import shlex
 
-        if not options:
-            return ""
-        quoted = [shlex.quote(option) for option in options]
-        flag = self.option_flag
-        return f" {flag} " + " ".join(quoted) if self.one_flag else "".join(f" {flag} {option}" for option in quoted)
+        return "".join(f" {shlex.quote(part)}" for part in self.option_arguments(options))
+
+    def merged(self, raw: dict[str, Any], path: Path, options: list[str], checkout: Path) -> dict[str, Any]:
+        """The config as the kit's tools/train.py in `checkout` reads it: the overrides applied (and its base files
+        merged, where it has them)."""
+        return apply_options(raw, options, self.value)
 
     def recognises(self, raw: Any) -> bool:
         return isinstance(raw, dict) and all(key in raw for key in self.sections)

@@ -7,7 +7,7 @@ from pathlib import Path
 from vramtune.core.spec import Spec
 from vramtune.core.strategy import Strategy
 from vramtune.dialects.base import Dialect, Format, Reading
-from vramtune.dialects.kits import KITS, export, kit_of, kit_spec, kit_stated
+from vramtune.dialects.kits import KITS, export, kit_of, kit_spec, kit_stated, verify
 from vramtune.dialects.yaml_file import read_yaml
 
 
@@ -45,4 +45,4 @@ def _stated(spec: Spec, device_kind: str) -> Strategy:
 FORMAT = Format(export.NAME, export.SUFFIX, export.render, trained_by="for the kit's own tools/train.py",
                 refuses=_needs_a_kit, prefer=export.prefer, output_name=export.output_name)
 DIALECT = Dialect("kit", FORMAT, recognises=export.is_kit_config, read=_read, takes_options=True,
-                  per_rank_batch=True, refuses=_others, stated=_stated)
+                  per_rank_batch=True, refuses=_others, stated=_stated, verify=verify.tool_run)

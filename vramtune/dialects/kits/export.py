@@ -52,18 +52,23 @@ def is_tuned(option: str, keys: set[str]) -> bool:
     return any(key == tuned or key.startswith(f"{tuned}.") for tuned in keys)
 
 
-def command(kit: Any, spec: Any, changed: set[str], tuned_file: str, device_kind: str) -> str:
-    """How to train the tuned file where it was probed: the kit's tools/train.py (what it needs to import the kit
-    from the checkout in front), with the user's -o options that are not tuned keys, and on a CPU what the kit needs
-    to train there (its tools/train.py defaults to a GPU) unless the user's options say it."""
-    options = [option for option in spec.model.options if not is_tuned(option, changed)]
-    flags = ""
+def train_arguments(kit: Any, options: list[str], tuned_file: str, device_kind: str) -> list[str]:
+    """tools/train.py's arguments for the tuned file with these -o options, and on a CPU what the kit needs to train
+    there (its tools/train.py defaults to a GPU) unless the options say it."""
+    flags: list[str] = []
     if device_kind == "cpu":
         given = {option.partition("=")[0] for option in options}
-        options += [option for option in kit.cpu_options if option.partition("=")[0] not in given]
-        flags = f" {kit.cpu_flags}" if kit.cpu_flags else ""
+        options = options + [option for option in kit.cpu_options if option.partition("=")[0] not in given]
+        flags = kit.cpu_flags.split()
+    return [kit.config_flag, tuned_file, *flags, *kit.option_arguments(options)]
+
+
+def command(kit: Any, spec: Any, changed: set[str], tuned_file: str, device_kind: str) -> str:
+    """How to train the tuned file where it was probed: the kit's tools/train.py (what it needs to import the kit
+    from the checkout in front), with the user's -o options that are not tuned keys (train_arguments)."""
+    options = [option for option in spec.model.options if not is_tuned(option, changed)]
     return (f"cd {shlex.quote(spec.model.checkout)} && {kit.environment(spec.model.checkout)}python tools/train.py "
-            f"{kit.config_flag} {shlex.quote(tuned_file)}{flags}{kit.command_options(options)}")
+            + shlex.join(train_arguments(kit, options, tuned_file, device_kind)))
 
 
 def offline(kit: Any, spec: Any) -> list[str]:

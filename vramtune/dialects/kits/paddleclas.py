@@ -136,7 +136,8 @@ class PaddleClas(Kit):
 
 
 KIT = PaddleClas(name="paddleclas", package="ppcls", sections=("Arch", "DataLoader"),
-                 cpu_options=("Global.device=cpu",))
+                 cpu_options=("Global.device=cpu",), title="PaddleClas", output_option="Global.output_dir",
+                 data_keys=("DataLoader.Train.dataset.image_root", "DataLoader.Train.dataset.cls_label_path"))
 
 
 class PaddleClasSource(KitSource):

@@ -176,6 +176,9 @@ class PaddleDetection(Kit):
         neither; PaddleSeg's inheritance is `_base_`)."""
         return isinstance(raw, dict) and ("_BASE_" in raw or "architecture" in raw)
 
+    def merged(self, raw, path, options, checkout):
+        return read_config(checkout, path, options)
+
     def spec(self, raw, path, options):
         checkout = self.checkout(path)
         config = read_config(checkout, path, options)
@@ -222,7 +225,9 @@ class PaddleDetection(Kit):
 
 
 KIT = PaddleDetection(name="paddledetection", package="ppdet", sections=("architecture",), one_flag=True,
-                      accumulates=False, cpu_options=("use_gpu=false",), base_key="_BASE_")
+                      accumulates=False, cpu_options=("use_gpu=false",), base_key="_BASE_", title="PaddleDetection",
+                      output_option="save_dir",
+                      data_keys=("TrainDataset.dataset_dir",))
 
 
 class PaddleDetectionSource(KitSource):

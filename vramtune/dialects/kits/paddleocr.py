@@ -165,7 +165,9 @@ class PaddleOCR(Kit):
 
 
 KIT = PaddleOCR(name="paddleocr", package="ppocr", sections=("Global", "Architecture", "Train"), one_flag=True,
-                accumulates=False, cpu_options=("Global.use_gpu=False",))
+                accumulates=False, cpu_options=("Global.use_gpu=False",), title="PaddleOCR",
+                output_option="Global.save_model_dir",
+                data_keys=("Train.dataset.data_dir", "Train.dataset.label_file_list"))
 
 
 def set_head_sizes(config: dict[str, Any], characters: int) -> None:

@@ -149,6 +149,9 @@ class PaddleSeg(Kit):
         """`_base_` (inheritance) or `train_dataset` at the top (vramtune's own specs have neither)."""
         return isinstance(raw, dict) and ("_base_" in raw or "train_dataset" in raw)
 
+    def merged(self, raw, path, options, checkout):
+        return read_config(checkout, path, options)
+
     def spec(self, raw, path, options):
         checkout = self.checkout(path)
         config = read_config(checkout, path, options)
@@ -196,7 +199,9 @@ class PaddleSeg(Kit):
 
 
 KIT = PaddleSeg(name="paddleseg", package="paddleseg", sections=("model",), one_flag=True, accumulates=False,
-                config_flag="--config", option_flag="--opts", cpu_flags="--device cpu", base_key="_base_")
+                config_flag="--config", option_flag="--opts", cpu_flags="--device cpu", base_key="_base_",
+                title="PaddleSeg", output_flag="--save_dir",
+                data_keys=("train_dataset.dataset_root", "train_dataset.train_path"))
 
 
 def seg_batch(config: dict[str, Any], dataset_class: Any) -> tuple[int, int, int, int]:
