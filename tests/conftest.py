@@ -5,9 +5,12 @@ import contextlib
 import functools
 import importlib.util
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
+import types
 from importlib import metadata
 from pathlib import Path
 
@@ -21,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 SPECS = Path(__file__).resolve().parent / "specs"
 FAULTS = Path(__file__).resolve().parent / "faults"
+HUNG = 900  # seconds after which a wait for an event (a process's start, end or output) is a hang: a bound for
+# failing only, whatever the machine's load (a passing wait ends on its event, long before)
 
 
 # A suite started in the background by a script (no job control) inherits SIGINT ignored, and so would every
@@ -84,6 +89,63 @@ def steady_speed(monkeypatch):
         speed = 1000.0 * (1 - 0.05 * result.strategy.recomputed_blocks)
         return dataclasses.replace(result, samples_per_sec=speed, step_seconds=result.strategy.batch / speed)
     monkeypatch.setattr(runner, "result_from", steady)
+
+
+class ReadyClock:
+    """The clock a probe's timeout is counted on, standing still until `marker` exists (the probe writes it once it
+    is where the test wants it ended: hanging), then running: the timeout is the time the probe gets from there, a
+    loaded machine's start-up (importing Paddle, launching ranks) never uses it up. Everything else stays real. A
+    marker never written starts the clock after HUNG seconds: the test fails, it does not hang."""
+
+    def __init__(self, marker: Path):
+        self.marker, self.paused_at, self.ready_at = marker, time.monotonic(), None
+
+    def monotonic(self) -> float:
+        now = time.monotonic()
+        if self.ready_at is None:
+            if not self.marker.exists() and now - self.paused_at < HUNG:
+                return self.paused_at
+            self.ready_at = now
+        return self.paused_at + now - self.ready_at
+
+    def select(self, readers: list, writers: list, errors: list, wait: float | None = None) -> tuple:
+        """select.select, its `wait` counted on this clock."""
+        if wait is None:
+            return select.select(readers, writers, errors)
+        until = self.monotonic() + wait
+        while not any(ready := select.select(readers, writers, errors, 0.05)) and self.monotonic() < until:
+            pass
+        return ready
+
+    def popen(self) -> type[subprocess.Popen]:
+        """subprocess.Popen whose wait(timeout) counts the timeout on this clock."""
+        clock = self
+
+        class Popen(subprocess.Popen):
+            def wait(self, timeout: float | None = None) -> int:
+                if timeout is None:
+                    return super().wait()
+                until = clock.monotonic() + timeout
+                while (code := self.poll()) is None:
+                    if clock.monotonic() >= until:
+                        raise subprocess.TimeoutExpired(self.args, timeout)
+                    time.sleep(0.05)
+                return code
+        return Popen
+
+
+@pytest.fixture
+def timeout_from(monkeypatch):
+    """timeout_from(marker): the in-process CLI's probes count their timeout from when `marker` exists (ReadyClock),
+    forked from the warm server (probing/forking.py) or started as a process (a launcher's, probing/runner.py)."""
+    from vramtune.probing import forking, runner
+
+    def start(marker: Path) -> None:
+        clock = ReadyClock(marker)
+        monkeypatch.setattr(forking, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+        monkeypatch.setattr(forking, "select", types.SimpleNamespace(select=clock.select))
+        monkeypatch.setattr(runner, "subprocess", types.SimpleNamespace(**{**vars(subprocess), "Popen": clock.popen()}))
+    return start
 
 
 def invoker(application):

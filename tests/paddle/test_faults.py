@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS, fault_spec
+from conftest import FAULTS, HUNG, fault_spec
 
 pytestmark = pytest.mark.paddle
 
@@ -28,7 +28,7 @@ def saved_lines(cache: Path) -> list[dict]:
     return [json.loads(line)["result"] for path in cache.glob("*/probes.jsonl") for line in path.read_text().splitlines()]
 
 
-def wait_until(condition, seconds: float = 20) -> bool:
+def wait_until(condition, seconds: float = HUNG) -> bool:
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -61,18 +61,18 @@ def test_killed_probe_is_crashed_with_the_signal_named(cli, write_spec, mode, si
     assert report["chosen"]["micro_batch"] <= 8
 
 
-def test_hanging_probe_times_out_and_its_whole_group_is_ended(cli, write_spec, tmp_path):
+def test_hanging_probe_times_out_and_its_whole_group_is_ended(cli, write_spec, tmp_path, timeout_from):
     pid_file = tmp_path / "grandchild.pid"
-    spec = fault_spec("hang", lo=8, timeout=8)
+    spec = fault_spec("hang", lo=8, timeout=3)
     spec["model"]["kwargs"]["pid_file"] = str(pid_file)
-    started = time.monotonic()
+    timeout_from(pid_file)  # its 3 s count from the hang, however long the start took
     code, result, err = run_json(cli, "measure", write_spec(spec), "--micro-batch", 64)
     assert code == 1, err  # measure: 0 only when the probe fits
     assert result["status"] == "timeout"
-    assert result["error"] == "no result after 8s; the probe's process group was ended"
-    assert time.monotonic() - started < 40
+    assert result["error"] == "no result after 3s; the probe's process group was ended"
+    assert time.time() - pid_file.stat().st_mtime < 600  # ended by the timeout, not by the end of its 600 s sleep
     grandchild = int(pid_file.read_text().split()[0])
-    assert wait_until(lambda: process_gone(grandchild), 5)
+    assert wait_until(lambda: process_gone(grandchild))
 
 
 def test_non_finite_loss_is_unstable_and_never_chosen(cli, write_spec):
@@ -231,15 +231,15 @@ def two_rank_fault(mode: str, timeout: float = 60, **kwargs) -> dict:
     return spec
 
 
-def test_a_hanging_rank_times_out_the_probe_and_no_process_survives(cli, write_spec, tmp_path):
+def test_a_hanging_rank_times_out_the_probe_and_no_process_survives(cli, write_spec, tmp_path, timeout_from):
     pid_file = tmp_path / "rank1.pid"
-    started = time.monotonic()
-    code, result, err = run_json(cli, "measure", write_spec(two_rank_fault("hang", timeout=15, pid_file=str(pid_file))),
+    timeout_from(pid_file)  # its 5 s count from rank 1's hang, however long the ranks took to start
+    code, result, err = run_json(cli, "measure", write_spec(two_rank_fault("hang", timeout=5, pid_file=str(pid_file))),
                                  "--micro-batch", 16)
     assert (code, result["status"]) == (1, "timeout"), err
-    assert time.monotonic() - started < 45
+    assert time.time() - pid_file.stat().st_mtime < 600  # ended by the timeout, not by the end of its 600 s sleep
     grandchild, rank = map(int, pid_file.read_text().split())
-    assert wait_until(lambda: process_gone(grandchild) and process_gone(rank), 10)
+    assert wait_until(lambda: process_gone(grandchild) and process_gone(rank))
 
 
 def test_a_killed_rank_is_classified_and_the_other_rank_ends(cli, write_spec):
