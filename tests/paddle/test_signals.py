@@ -89,7 +89,7 @@ def test_a_signal_keeps_the_finished_probes_and_a_rerun_reuses_them(write_spec, 
 
 SIGNALLED_AFTER_READING = textwrap.dedent("""
     import os, runpy, sys
-    from vramtune import runner
+    from vramtune.probing import runner
 
     def result_from(job, outcome, seconds, original=runner.result_from):
         runner.result_from = original  # once: the first probe's result is read, not yet saved
