@@ -31,7 +31,7 @@ base = counted("Allocated", 0)
 batches = iter(DataLoader(Random(), batch_size=4, num_workers=workers, use_shared_memory=shared, return_list=True))
 held = next(batches)
 expected = read_ahead(workers, shared, on_cpu=True) + (0 if workers and shared else 1)  # and the one trained on
-deadline = time.time() + 60  # until the loader has read all it reads ahead (its thread and workers fill it)
+deadline = time.time() + 900  # until the loader has read all it reads ahead (its thread and workers fill it)
 while (counted("Allocated", 0) - base) // BATCH < expected and time.time() < deadline:
     time.sleep(0.1)
 time.sleep(1)  # and no more after it
