@@ -200,7 +200,7 @@ def mlp_spec(**changes) -> dict:
     return spec
 
 
-def fault_spec(mode: str, lo: int = 1, hi: int = 1 << 30, timeout: float = 60, budget="64MiB", **more) -> dict:
+def fault_spec(mode: str, lo: int = 1, hi: int = 1 << 30, timeout: float = HUNG, budget="64MiB", **more) -> dict:
     """A tiny model from tests/faults that misbehaves (`mode`) for micro-batches in (lo, hi]."""
     spec = {
         "name": f"fault-{mode}",

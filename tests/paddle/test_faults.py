@@ -230,7 +230,7 @@ def test_lock_file_holder_is_named(write_spec, private_cache):
     assert process.returncode == 0 and saved_lines(private_cache)
 
 
-def two_rank_fault(mode: str, timeout: float = 60, **kwargs) -> dict:
+def two_rank_fault(mode: str, timeout: float = HUNG, **kwargs) -> dict:
     spec = fault_spec(mode, lo=8, timeout=timeout, devices=2, search={"micro_batches": [16, 4]})
     spec["model"]["kwargs"].update(rank=1, **kwargs)
     return spec
