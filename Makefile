@@ -14,7 +14,7 @@ CHECKSUM := $(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(CHECKSUM)
 STAMP26 := $(VENV26)/.installed-$(CHECKSUM)
 
-.PHONY: install install26 demo test test-fast test-paddle26 test-noise lint bench clean
+.PHONY: install install26 demo test test-fast test-paddle26 test-noise test-load lint bench clean
 
 # PaddleNLP belongs to .venv26 only: a .venv made before 0.4 had it, and its pins break PaddleFormers'.
 $(STAMP): pyproject.toml Makefile
@@ -60,6 +60,13 @@ NOISE ?= 0.5
 test-noise: install install26
 	VRAMTUNE_TEST_NOISE=$(NOISE) PYTHONPATH=tests/noise $(BIN)/python -m pytest -q -n $(WORKERS) -m paddle
 	VRAMTUNE_TEST_NOISE=$(NOISE) PYTHONPATH=tests/noise $(BIN26)/python -m pytest -q -n $(WORKERS) -m paddle
+
+# The Paddle tests beside HOGS CPU hogs (busy loops tests/load/with-hogs starts, and ends by the pids it recorded), as
+# on a busy machine: no test may depend on how fast the machine is (a process's start, import or training time).
+HOGS ?= 2
+test-load: install install26
+	tests/load/with-hogs $(HOGS) $(BIN)/python -m pytest -q -n $(WORKERS) -m paddle
+	tests/load/with-hogs $(HOGS) $(BIN26)/python -m pytest -q -n $(WORKERS) -m paddle
 
 lint: install
 	$(BIN)/ruff check vramtune tests bench examples
