@@ -59,6 +59,16 @@ def gpu_present() -> bool:
     return done.stdout.strip().endswith("True")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, the slowest first (their `slow` marker's CPU seconds), the rest in collection order:
+    pytest-xdist hands tests out in this order, so the long ones start at once and the short ones fill the workers
+    around them, instead of a long one started last running alone at the end."""
+    def cost(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("slow")
+        return -marker.args[0] if marker else 0
+    items.sort(key=cost)
+
+
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     """Each test gets its own .vramtune/ and device locks, and finds the example and fault factories on

@@ -51,6 +51,7 @@ def run_vramtune(*arguments: str, cwd: Path) -> tuple[dict, str]:
 @pytest.mark.paddle
 @pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
+@pytest.mark.slow(40)
 def test_the_estimate_of_an_ema_config_counts_the_ema_and_predicts_what_a_probe_measures(tmp_path):
     config = str(OCR / EN_V3)
     plain, _ = run_vramtune("estimate", config, "--card", "24GiB", *options(SHAPE), cwd=tmp_path)

@@ -92,6 +92,7 @@ def run_vramtune(*arguments: str, cwd: Path) -> dict:
 @pytest.mark.paddle
 @needs_clas
 @pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
+@pytest.mark.slow(30)
 def test_paddleclas_estimate_of_the_configs_batch_is_what_a_probe_measures(tmp_path):
     """ResNet50 32 px, batch 32: the kit's model counted lazily (every parameter, BatchNorm's statistics too), CPU
     probes at full depth (a kit model has no depth to reduce), fp32 at the config's batch against a real probe."""
@@ -110,6 +111,7 @@ def test_paddleclas_estimate_of_the_configs_batch_is_what_a_probe_measures(tmp_p
 @pytest.mark.paddle
 @needs_ocr
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
+@pytest.mark.slow(136)
 def test_paddleocr_estimate_probes_every_scale_and_predicts_what_a_probe_measures(tmp_path):
     """PP-OCRv5 mobile at first_bs 2 (scales 32/48/64 px high at 2/1/1): the probes train every scale (one step
     would see one, and the estimate fell 15% short at first_bs 4); fp32 at the config's batch against a real probe."""

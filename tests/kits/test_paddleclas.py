@@ -134,6 +134,7 @@ def loader(part: str) -> list[str]:
 @needs_kit
 @pytest.mark.paddle
 @pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
+@pytest.mark.slow(60)
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     """ResNet50 at 32 px, 10 classes, batch 32 (the BatchNorm floor is 16): a budget between m=16 and m=32."""
     shape = ["DataLoader.Train.dataset.transform_ops.1.RandCropImage.size=32", "Arch.class_num=10",
@@ -180,6 +181,7 @@ EMA = "EMA.decay=0.9999"  # the kit's ExponentialMovingAverage: a copy of the we
 @needs_kit
 @pytest.mark.paddle
 @pytest.mark.skipif(not client.has_requirements("PaddleClas"), reason=client.missing_reason("PaddleClas"))
+@pytest.mark.slow(50)
 def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     """EMA's copy of the weights is in the probe's peak: the weights' bytes above the same config without it, in
     vramtune's probe and in the kit's own tools/train.py on the exported file alike. 12 batches an epoch: the kit's

@@ -195,6 +195,7 @@ RUN = ["TrainReader.sample_transforms=[{Decode: {}}, {RandomFlip: {}}]", SMALL.r
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(30)
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     """PP-YOLOE+ s (EMA on) at 320 px, batch 4, 20 boxes an image, the shipped reader (4 workers, shared memory: what
     they read is never in Paddle's allocator): vramtune's probe, then the kit's own tools/train.py on 16 images of
@@ -218,6 +219,7 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(12)
 def test_ppdets_own_loader_reads_the_tuned_file_with_only_the_batch_changed(fake_cli, tmp_path):
     config = checkout_copy(tmp_path, PPYOLOE)
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
@@ -233,6 +235,7 @@ def test_ppdets_own_loader_reads_the_tuned_file_with_only_the_batch_changed(fake
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(60)
 def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_path):
     """apply at a budget between batch 2 and 4 (no workers: the loader's 5 batches ahead count): the kit cannot
     accumulate, so the largest batch that fits, 2, goes into the user's file; tools/train.py on it peaks there."""
@@ -259,6 +262,7 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(13)
 def test_estimate_counts_the_kits_model_whose_initialisers_fill_parameters_in_place(tmp_path):
     """ppdet's PPYOLOEHead fills its parameters at construction (set_value), which paddle.LazyGuard's cannot take:
     the source builds them eagerly; estimate's count and its overrides in the kit's -o (merged as ppdet merges)."""

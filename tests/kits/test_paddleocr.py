@@ -87,6 +87,7 @@ NO_WORKERS = "Train.loader.num_workers=0"  # the loader's thread reads ahead in 
 @needs_kit
 @pytest.mark.paddle
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
+@pytest.mark.slow(100)
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     """PP-OCRv5 mobile at first_bs 4 (scales 32/48/64 px high at 4/2/2): a budget that fits first_bs 2 only."""
     shape = ["Train.sampler.first_bs=4", "Eval.loader.batch_size_per_card=4"]
@@ -151,6 +152,7 @@ EMA_RUN = ["Global.epoch_num=3", "Global.save_epoch_step=1", "Global.eval_batch_
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
 def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     """Global.use_ema: the kit's ModelEMA (fp32 shadows of the model's state, a tensor for each of its keys) and the
+@pytest.mark.slow(70)
     3 deep copies of the state tools/program.py's swaps leave aside (each tensor once: the weights' bytes here) are in
     the probe's training peak above the same config without EMA; its evaluation of the EMA's weights in the
     evaluation peak; the kit's own tools/train.py on the exported file peaks where the probe did."""
@@ -208,6 +210,7 @@ def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
 def test_the_kits_own_train_holds_what_its_dataloader_reads_ahead_as_the_probe_does(tmp_path):
     """en_PP-OCRv3 at batch 16 over 12 batches an epoch, training only: the kit's DataLoader (no workers) holds the 5
+@pytest.mark.slow(90)
     batches it reads ahead at every step, as on a real dataset; the probe holds them too (0.85% of the peak: without
     them it measured 1,433,351,564 B against the kit's 1,445,623,496 B)."""
     shape = ["Train.loader.batch_size_per_card=16", "Global.eval_batch_step=[0,100000]"]  # never evaluates

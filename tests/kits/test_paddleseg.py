@@ -189,6 +189,7 @@ def run_train(config: Path, options: list[str], work: Path) -> int:
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(20)
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     """PP-LiteSeg (STDC2, 12.3 M parameters) at a 128 px crop, batch 4: a budget between batch 2 and 4; PaddleSeg
     cannot accumulate, so apply writes the largest batch that fits, 2. 24 images, 12 batches an epoch: enough for the

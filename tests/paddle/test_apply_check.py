@@ -142,6 +142,7 @@ def test_paddlenlp_export_loads_with_pdargumentparser_as_it_is(tuned_file, cli):
     assert (args.fp16, args.bf16, args.recompute) == (False, False, False)
 
 
+@pytest.mark.slow(11)
 def test_example_training_script_peaks_as_tuned(tuned_file):
     shutil.copy(CONFIGS / "mlp_model.py", tuned_file.parent / "mlp_model.py")
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_tuned.py"), str(tuned_file),
@@ -183,6 +184,7 @@ def test_apply_when_nothing_fits_exits_1_and_writes_nothing(cli):
     assert err.splitlines()[-1] == f"error: nothing fits rung-nothing within the budget; see `vramtune probe {spec}`"
 
 
+@pytest.mark.slow(12)
 def test_the_runtime_with_recompute_reproduces_the_probe_peak(cli, tmp_path, monkeypatch):
     from conftest import SPECS
     monkeypatch.setenv("VRAMTUNE_CACHE", str(tmp_path / "cache"))

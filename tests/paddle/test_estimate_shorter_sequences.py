@@ -43,6 +43,7 @@ def estimated(cli, path) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow(24)
 def test_probes_at_shorter_sequences_extrapolate_to_the_probe_at_the_whole_sequence(cli, long_sequence,
                                                                                    monkeypatch):
     shorter = estimated(cli, long_sequence)
@@ -77,6 +78,12 @@ def wide_lora(tmp_path, monkeypatch):
                                  "vocab_size": 32768}, {"lora": True, "lora_rank": 8})
 
 
+def wide_lora_estimate(cli, wide_lora, once) -> dict:
+    """The wide LoRA Llama's estimate as vramtune makes it: two tests read it, it is made once in the run."""
+    return once("wide-lora-estimate", lambda: estimated(cli, wide_lora))
+
+
+@pytest.mark.slow(40)
 def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_the_probes_vocabulary(
         cli, wide_lora, monkeypatch):
     """With the vocabulary reduced (2,048 of 32,768 entries), the depth-3 recompute probe is not run at the raised
@@ -104,6 +111,7 @@ def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_t
     assert derived["best"] == probed["best"]
 
 
+@pytest.mark.slow(12)
 def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_raised_vocabulary(
         cli, long_sequence, monkeypatch):
     """The tiny Llama (128 wide) with its vocabulary reduced to 500: its depth-3 recompute probe at 500 entries misses
@@ -118,6 +126,7 @@ def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_ra
         (depth, seq) for depth in (2, 3) for seq in (64, 128, 192)}
 
 
+@pytest.mark.slow(25)  # the estimate it shares with the test above, and one more
 def test_a_recompute_probe_at_a_raised_vocabulary_ends_where_backward_first_rebuilds_a_layer(cli, wide_lora,
                                                                                               monkeypatch):
     """The logits set its peak before backward rebuilds a layer (its peak must pass the plain probe's, which no

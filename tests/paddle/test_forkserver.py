@@ -36,6 +36,7 @@ def measure_both_ways(spec_path: Path, strategy: Strategy, monkeypatch) -> tuple
     pytest.param("bert-mini-cpu.yaml", Strategy(micro_batch=8, accumulation=4, recomputed_blocks=4),
                  marks=needs_paddlenlp),
 ])
+@pytest.mark.slow(14)
 def test_a_forked_probe_measures_the_peak_of_a_fresh_process_to_the_byte(config, strategy, monkeypatch):
     fresh, forked = measure_both_ways(CONFIGS / config, strategy, monkeypatch)
     assert fresh.status == "measured" and fresh.phases["import"] > 0.3, fresh  # a fresh process imports Paddle

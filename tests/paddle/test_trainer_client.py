@@ -45,6 +45,7 @@ def test_llama_arguments_file_probe_apply_and_the_trainer_peaks_as_measured(cli,
     code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json")
     assert code == 0, err
     assert json.loads(out)["chosen"]["peak_bytes"] <= 120 * 2**20 * 0.95
+@pytest.mark.slow(30)
     tuned_path, chosen = tune(cli, path, "--budget", "120MiB")
     tuned = json.loads(tuned_path.read_text())
     assert set(original) <= set(tuned)  # every key kept
@@ -64,6 +65,7 @@ def test_llama_partial_recompute_exports_no_recompute_layers_the_trainer_reprodu
     blocks): steady_speed takes timing out, so the least recompute that fits wins, as on a quiet machine."""
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-llama")
+@pytest.mark.slow(84)
     tuned_path, chosen = tune(cli, path, "--budget", "100MiB", "--max-accumulation", "2")
     tuned = json.loads(tuned_path.read_text())
     assert 0 < chosen["recomputed_blocks"] < chosen["total_blocks"] == 4, chosen
@@ -79,6 +81,7 @@ def test_bert_sequence_classification_peaks_as_measured(cli, tmp_path, monkeypat
     tuned_path, chosen = tune(cli, path, "--budget", "60MiB")
     measured = trainer_peak(tuned_path, tmp_path)
     assert abs(measured["peak_bytes"] - chosen["peak_bytes"]) <= 0.05 * chosen["peak_bytes"], (measured, chosen)
+@pytest.mark.slow(10)
 
 
 def test_gpt_recompute_is_exported_as_a_granularity_that_really_recomputes(cli, tmp_path, monkeypatch):
@@ -87,6 +90,7 @@ def test_gpt_recompute_is_exported_as_a_granularity_that_really_recomputes(cli, 
     # Paddle 2.6.2: plain 82 MiB, every layer's core attention recomputed 64 MiB: only the latter fits
     tuned_path, chosen = tune(cli, path, "--budget", "72MiB", "--max-accumulation", "1")
     tuned = json.loads(tuned_path.read_text())
+@pytest.mark.slow(17)
     assert chosen["recomputed_blocks"] == 4 and tuned["recompute"] is True
     assert tuned["recompute_granularity"] == "core_attn"  # "full" recomputes nothing in PaddleNLP 2.8.1's GPT
     recomputed = trainer_peak(tuned_path, tmp_path)
@@ -102,6 +106,7 @@ def test_lora_is_measured_as_the_llm_script_builds_it_and_the_trainer_peaks_as_m
     and the Trainer running the tuned file with LoRA peaks where vramtune measured."""
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-llama", lora=True, lora_rank=8)
+@pytest.mark.slow(18)
     full = tmp_path / "full.json"
     full.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k not in ("lora", "lora_rank")}))
 
@@ -142,6 +147,7 @@ def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budg
     both phases stay within the budget."""
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-llama", lora=True, do_eval=True, per_device_eval_batch_size=32)
+@pytest.mark.slow(30)
     code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json")
     assert code == 0, err
     report = json.loads(out)
