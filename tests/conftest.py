@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import importlib.util
+import json
 import os
 import select
 import signal
@@ -67,6 +69,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marker = item.get_closest_marker("slow")
         return -marker.args[0] if marker else 0
     items.sort(key=cost)
+
+
+@pytest.fixture(scope="session")
+def once(tmp_path_factory):
+    """once(name, compute) -> compute()'s answer (JSON), computed once in the whole run: by the first test that
+    asks, in whichever pytest-xdist worker; the others wait for it, then read it. For a measurement several tests
+    read and none changes (each still asserts on it; the one that computes it fails when it fails)."""
+    run = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run = run.parent  # the run's folder, shared by its workers
+    folder = run / "once"
+    folder.mkdir(exist_ok=True)
+
+    def get(name: str, compute):
+        answer = folder / f"{name}.json"
+        with open(folder / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not answer.exists():
+                answer.write_text(json.dumps(compute()))
+        return json.loads(answer.read_text())
+    return get
 
 
 @pytest.fixture(autouse=True)
