@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from vramtune.core.strategy import Strategy  # noqa: E402
-from vramtune.estimating.run import estimate  # noqa: E402
+from vramtune.estimating.spec_estimate import estimate  # noqa: E402
 from vramtune.memory.state import Factors, Given, row  # noqa: E402
+from vramtune.plugins import MECHANISMS  # noqa: E402
 from vramtune.probing.runner import ChildBackend  # noqa: E402
 from vramtune.spec import load_spec  # noqa: E402
 from vramtune.tuning.session import measure, open_session  # noqa: E402
@@ -66,8 +67,9 @@ def compare(name: str, path: Path, micro_batches: list[int], backend: ChildBacke
         for recomputed in (0, result.counts.layers):
             if recomputed and len({r.recomputed_blocks for r in result.rows}) == 1:
                 continue  # the model does not recompute
-            predicted = row(result.counts, result.fit, CPU, Strategy(micro_batch=micro, recomputed_blocks=recomputed),
-                            Given(spec.train.optimizer), gpu=False).peak
+            predicted = row(MECHANISMS, result.counts, result.fit, CPU,
+                            Strategy(micro_batch=micro, recomputed_blocks=recomputed), Given(spec.train.optimizer),
+                            gpu=False).peak
             measured = measure(session, Strategy(micro_batch=micro, accumulation=spec.train.target_batch // micro,
                                                  recomputed_blocks=recomputed), print)
             rows.append({"model": name, "micro_batch": micro, "recomputed": recomputed, "predicted": predicted,

@@ -28,6 +28,7 @@ from gpu_shapes import shape_table  # noqa: E402
 
 from vramtune.core.records import ProbeResult  # noqa: E402
 from vramtune.core.strategy import Strategy  # noqa: E402
+from vramtune.plugins import MECHANISMS  # noqa: E402
 from vramtune.probing.runner import ChildBackend  # noqa: E402
 from vramtune.search import Tuner, choose  # noqa: E402
 from vramtune.spec import apply_overrides, load_spec, spec_from_dict  # noqa: E402
@@ -110,7 +111,7 @@ def bench(path: str) -> dict:
     floor = tuner.floor  # the grid's choices obey the same floor on the micro-batch (BatchNorm models: 16)
     fitting = [r for r in points.values() if r.fits and r.strategy.micro_batch >= floor]
     fastest = max(fitting, key=lambda r: r.samples_per_sec) if fitting else None
-    tie_ruled = choose(points.values(), floor)
+    tie_ruled = choose(MECHANISMS, points.values(), floor)
     halver = Counter(session)
     start = time.monotonic()
     halved = halving(halver, target, sizes)

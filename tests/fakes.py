@@ -233,6 +233,7 @@ def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None 
     asked; sharding stages 2 and 3 need a GPU-kind device; `counted`: the fake whose model the lazy count counts
     before the first probe, as the session counts it, search/counted.py)."""
     from vramtune.memory.counted import counted_state, given_for
+    from vramtune.plugins import MECHANISMS
 
     settings = {**default_settings(), "precision": PrecisionSettings(list(amp_precisions)),
                 "recompute": RecomputeSettings(recompute),
@@ -241,9 +242,10 @@ def make_problem(budget: int, target: int = 64, micro_batches: list[int] | None 
     sizes = micro_batches or AccumulationSearch(max_accumulation).candidates(target // devices)
     device = device or Device("gpu" if 2 in sharding_stages else "cpu", 0, "fake", 1 << 40, "0.0-fake",
                               dict(unsupported or {}), count=8)
-    state = counted_state(counted.model_counts, given_for("adamw", settings)) if counted is not None else None
-    return SearchProblem(target, sizes, Budget(budget, headroom), device, settings, speed_rises_with_batch, state,
-                         activations)
+    state = counted_state(MECHANISMS, counted.model_counts, given_for("adamw", settings)) if counted is not None \
+        else None
+    return SearchProblem(target, sizes, Budget(budget, headroom), device, MECHANISMS, settings, speed_rises_with_batch,
+                         state, activations)
 
 
 def _transformer(params: float, layers: int, seq: int, hidden: int, heads: int, vocab: int = 0) -> dict:

@@ -1,6 +1,9 @@
 """The composition root: the one module that imports the implementations and lists them — the memory mechanisms,
 the model sources and the config dialects. Adding one: its folder, its tests, one line here.
 
+The dialects' order is the order a file is recognised in (a PaddleFormers config, JSON or YAML, before a PaddleNLP
+arguments file; vramtune's own spec last: it takes any YAML).
+
 The mechanisms' order is the order of application: the child applies each hook (configure, prepare_model,
 prepare_training, forward contexts, the loss scaler) mechanism by mechanism in this order, so AMP O2's decorate wraps
 before data parallel and sharding, as PaddleNLP's Trainer does, and to_static compiles last; the tie rule follows it
@@ -9,8 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from vramtune.dialects.base import Dialect, Format
+from vramtune.dialects.kits import dialect as kits
 from vramtune.dialects.kits import paddleclas, paddledetection, paddleocr, paddleseg
+from vramtune.dialects.paddleformers import dialect as formers_dialect
 from vramtune.dialects.paddleformers import source as paddleformers
+from vramtune.dialects.paddlenlp import dialect as paddlenlp_dialect
+from vramtune.dialects.spec import dialect as spec_dialect
 from vramtune.mechanisms import (
     accumulation,
     data_parallel,
@@ -33,12 +41,8 @@ SOURCES: dict[str, Source] = {source.name: source for source in (
     paddlenlp.SOURCE, vision.SOURCE, python.SOURCE, paddleclas.SOURCE, paddleocr.SOURCE, paddleseg.SOURCE,
     paddledetection.SOURCE, paddleformers.SOURCE)}
 
-
-def micro_batch_floor(settings: dict[str, Any], facts: dict[str, Any]) -> tuple[int, str | None]:
-    """The smallest micro-batch any mechanism lets a choice take (a BatchNorm model's floor), and why; settings by
-    mechanism name."""
-    floors = [floor for m in MECHANISMS if (floor := m.min_micro_batch(settings.get(m.name), facts))]
-    return max(floors, default=(1, None))
+DIALECTS: tuple[Dialect, ...] = (formers_dialect.DIALECT, paddlenlp_dialect.DIALECT, kits.DIALECT, spec_dialect.DIALECT)
+FORMATS: dict[str, Format] = {f.name: f for dialect in DIALECTS for f in (dialect.format, *dialect.formats)}
 
 
 def fixed_fields(settings: dict[str, Any]) -> dict[str, Any]:
@@ -46,12 +50,3 @@ def fixed_fields(settings: dict[str, Any]) -> dict[str, Any]:
     return {key: value for m in MECHANISMS for key, value in m.fixed(settings.get(m.name)).items()}
 
 
-def formers_defaults() -> dict[str, Any]:
-    """The PaddleFormers keys the mechanisms read -> what PaddleFormers takes when a config leaves them out."""
-    return {key: value for mechanism in MECHANISMS for key, value in mechanism.formers_defaults.items()}
-
-
-def batch_only() -> dict[str, Any]:
-    """The spec's search keys that leave the search the batch alone (the micro-batch, and accumulation where the
-    spec allows it): for a tool whose config carries no other memory key (PaddleSeg: AMP is a flag there)."""
-    return {"recompute": "off", "sharding": "off", "to_static": "off", "precisions": ["fp32"]}

@@ -9,6 +9,8 @@ import pytest
 from conftest import SPECS
 from fakes import FakeDevice, MiB
 
+from vramtune.core.reading import SpecError
+from vramtune.core.strategy import Strategy
 from vramtune.spec import load_spec
 
 BASE = {"model_name_or_path": "./tiny-llama", "output_dir": "./checkpoints", "per_device_train_batch_size": 16,
@@ -161,3 +163,107 @@ def test_a_trainer_switch_a_mechanism_does_not_measure_is_refused_by_that_mechan
     assert (code, err) == (2, f"error: {path}: {key}: True changes memory: {says}\n")
     code, _, err = cli("validate", arguments(**{key: False}))
     assert code == 0 and key not in err
+
+
+# files with every key apply writes, as apply writes them, over BASE
+WRITTEN = {
+    "fp32": {"do_train": True, "fp16": False, "bf16": False, "recompute": False, "optim": "adamw",
+             "gradient_accumulation_steps": 4},
+    "amp": {"do_train": True, "fp16": False, "bf16": True, "fp16_opt_level": "O2", "recompute": False,
+            "optim": "adamw", "device": "cpu"},
+    "stage": {"do_train": True, "fp16": True, "bf16": False, "fp16_opt_level": "O1", "recompute": False,
+              "optim": "adamw", "sharding": "stage2", "sharding_parallel_degree": 2},
+    "no stage": {"do_train": True, "fp16": False, "bf16": False, "recompute": False, "optim": "adamw",
+                 "sharding": "", "sharding_parallel_degree": 2},
+}
+
+
+def round_trip_and_direct(spec, kind):
+    """The strategy the round trip through apply's writer reads (None where it reads none) and the codec's."""
+    from vramtune.checking.stated import written_as
+    from vramtune.dialects.paddlenlp.codec import stated
+
+    try:
+        round_trip = written_as(spec, kind)
+    except SpecError:
+        round_trip = None
+    return round_trip, stated(spec, kind)
+
+
+def test_the_file_is_read_by_its_keys_as_the_round_trip_through_apply_reads_it(arguments, fake_cli, tmp_path):
+    """The codec reads the strategy the round trip through apply's writer (check's reading before it) reads, on a
+    CPU as a CPU probe runs it (fp32): over files with every key apply writes and files apply wrote on a fake CPU
+    (device: cpu) and a fake GPU, each read on the kind of device it says."""
+    files = [(arguments(f"{name}.json", **keys), kind) for name, keys in WRITTEN.items() for kind in ("gpu", "cpu")
+             if kind == "gpu" or keys.get("device") == "cpu"]
+    for device, budgets in ((FakeDevice(), ("64GiB", "49MiB", "26MiB")),
+                            (FakeDevice(kind="gpu", name="fake gpu", card_bytes=80 * MiB, amp_factor=0.5,
+                                        amp_speed=2.0), ("64MiB", "40MiB", "30MiB"))):
+        cli, _ = fake_cli(device)
+        for name, keys in {"plain": {"device": device.kind}, "stage1": {"sharding": "stage1",
+                                                                         "sharding_parallel_degree": 2},
+                           "peft": {"lora": True, "do_eval": True, "prefix_tuning": True}}.items():
+            for budget in budgets:
+                written = tmp_path / f"{device.kind}-{name}-{budget}.tuned.json"
+                code, _, err = cli("apply", arguments(f"{name}.json", **keys), "--budget", budget, "-o", written)
+                assert code == 0, err
+                files.append((written, device.kind))
+    said = []
+    for path, kind in files:
+        round_trip, direct = round_trip_and_direct(load_spec(path), kind)
+        assert round_trip is not None, path
+        assert direct == (round_trip.with_(precision="fp32") if kind == "cpu" else round_trip), path
+        said.append(round_trip.label())
+    assert len(set(said)) > 8 and {"fp16 m=16 k=1 r=0 n=2 s=2", "bf16-o2 m=16 k=1 r=0"} <= set(said)
+    assert round_trip_and_direct(load_spec(tmp_path / "amp.json"), "cpu")[1] == Strategy(micro_batch=16)
+
+
+def test_a_hand_written_file_is_read_by_its_keys_and_their_defaults(arguments):
+    """What the round trip could not read (it needs every key apply writes): a file's own keys, its parser's
+    defaults for the others (per_device_train_batch_size 8, fp16_opt_level O1, sharding over every rank)."""
+    from vramtune.dialects.paddlenlp.codec import stated
+
+    expected = [({}, "gpu", None, Strategy(micro_batch=16)),
+                ({"per_device_train_batch_size": None, "bf16": True}, "gpu", None, Strategy("bf16", 8)),
+                ({"fp16": True, "fp16_opt_level": "O2"}, "gpu", 2, Strategy("fp16-o2", 16, devices=2)),
+                ({"fp16": True, "fp16_opt_level": "O2"}, "cpu", None, Strategy(micro_batch=16)),
+                ({"sharding": "stage1"}, "gpu", 2, Strategy(micro_batch=16, devices=2, sharding_stage=1)),
+                ({"sharding": "stage1"}, "gpu", None, Strategy(micro_batch=16)),
+                ({"sharding": "stage3", "sharding_degree": 4}, "gpu", None, Strategy(micro_batch=16, devices=4,
+                                                                                    sharding_stage=3)),
+                ({"sharding": "stage2", "sharding_parallel_degree": 1}, "gpu", 2, Strategy(micro_batch=16, devices=2))]
+    for keys, kind, devices, strategy in expected:
+        assert stated(load_spec(arguments(**keys), {"devices": devices}), kind) == strategy, keys
+
+
+def test_the_layers_an_arguments_file_recomputes_are_read_from_the_models_config(arguments, tmp_path):
+    """What the round trip through apply's writer could not read: recompute's layers, from the model's config.json
+    (tiny-llama: 4 layers) less no_recompute_layers (the last ones: what apply writes); a file whose keys no strategy
+    says is refused by key."""
+    from vramtune.core.records import Budget, ProbeResult
+    from vramtune.core.report import Report
+    from vramtune.dialects.paddlenlp import arguments_file
+    from vramtune.dialects.paddlenlp.codec import stated
+
+    path = arguments()
+    for strategy, granularities, partial in ((Strategy(micro_batch=16, recomputed_blocks=2,
+                                                       recompute_granularity="core_attn"), ["full", "core_attn"], True),
+                                             (Strategy(micro_batch=16, recomputed_blocks=4), ["full"], False)):
+        chosen = ProbeResult("fits", strategy, facts={"total_blocks": 4, "recompute_options": {
+            "granularities": granularities, "partial": partial}})
+        report = Report(spec="args", spec_path=str(path), device_name="fake gpu", device_kind="gpu", device_bytes=0,
+                        paddle_version="0.0-fake", budget=Budget(64 * MiB, 0.05), target_batch=16, chosen=chosen,
+                        probes=[chosen])
+        written = tmp_path / "recomputed.json"
+        written.write_text(arguments_file.render(path, load_spec(path), report, "TUNED_FILE")[0])
+        assert stated(load_spec(written), "gpu") == strategy
+    bad = {"no_recompute_layers": {"recompute": True, "no_recompute_layers": [0]},
+           "bf16": {"bf16": True, "fp16": True},
+           "sharding_parallel_degree": {"sharding": "stage1", "sharding_parallel_degree": 2}}
+    for key, keys in bad.items():
+        with pytest.raises(SpecError) as raised:
+            stated(load_spec(arguments("bad.json", **keys), {"devices": 4}), "gpu")
+        assert [problem.key for problem in raised.value.problems] == [key]
+    built_in = arguments("built-in.json", model_name_or_path="llama-7b", recompute=True)
+    with pytest.raises(SpecError, match="recompute: true: the layers 'llama-7b' has are PaddleNLP's to say"):
+        stated(load_spec(built_in), "gpu")

@@ -10,6 +10,7 @@ from fakes import FakeDevice, MiB
 
 from vramtune.core.strategy import Strategy
 from vramtune.memory.state import Counts, Given, state
+from vramtune.plugins import MECHANISMS
 from vramtune.spec import load_spec
 
 SPEC = CONFIGS / "mlp-python-cpu.yaml"  # target 2048
@@ -71,7 +72,7 @@ LLAMA_7B = Counts(params=6_738_415_616, trainable=6_738_415_616, layernorm=0, ma
 
 
 def _state(counts: Counts, precision: str, **fields: int) -> dict[str, int]:
-    return state(counts, Strategy(precision=precision, **fields), Given("adamw"))
+    return state(MECHANISMS, counts, Strategy(precision=precision, **fields), Given("adamw"))
 
 
 def test_llama_7b_model_states_equal_the_published_formulas():
@@ -140,7 +141,7 @@ def test_seq_len_and_batch_are_refused_for_a_spec(fake_cli):
 
 
 def test_the_rows_explore_what_the_specs_settings_allow(fake_cli, write_spec):
-    """Each mechanism's spec_estimate_choices reads its settings: the AMP modes allowed, sharding off, recompute off."""
+    """The rows explore what the spec's settings allow: the AMP modes allowed, sharding off, recompute off."""
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=MiB / 100, saved=MiB / 1000, blocks=6))
     path = write_spec(mlp_spec(**{"search.precisions": ["bf16-o2"], "search.sharding": "off",
                                   "search.recompute": "off"}))
@@ -167,14 +168,14 @@ def test_calibrating_takes_a_kits_ema_out_of_both_sides():
     """A GPU probe of a PaddleOCR config with Global.use_ema holds the EMA's fp32 shadows and the kept copies of the
     weights at its own precision (held.py), the CPU fit holds them in fp32: the AMP factor is the activations' alone."""
     from vramtune.core.records import ProbeResult
-    from vramtune.estimating.run import calibrated
+    from vramtune.estimating.factors import calibrated
     from vramtune.memory import held
     from vramtune.memory.state import ActivationFit
 
     counts = Counts(params=1_000_000, trainable=1_000_000, layers=4, ema_elements=1_000_000, state_copies=2)
     fit = ActivationFit(a0=held.probed(counts), b0=8_000_000, b1=0)  # the CPU probes: 8 MB a sample, plus the EMA
     strategy = Strategy(precision="bf16-o2", micro_batch=2)
-    parts = state(counts, strategy, Given())
+    parts = state(MECHANISMS, counts, strategy, Given())
     kept = held.held(counts, parts["weights"])
     assert kept == 4_000_000 + 2 * parts["weights"] < held.probed(counts)  # the copies in half precision
     probe = ProbeResult("fits", strategy, peak_bytes=sum(parts.values()) + kept + int(0.45 * 16_000_000),

@@ -11,6 +11,7 @@ from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
 from vramtune.dialects.paddlenlp.export import tuned_arguments
 from vramtune.plugins import MECHANISMS
+from vramtune.render.words import chosen_lines
 from vramtune.spec import load_spec
 
 
@@ -69,9 +70,7 @@ def test_the_tuned_evaluation_batch_is_written_back_and_the_report_shows_both_pe
     assert arguments["per_device_eval_batch_size"] == 16
     assert warnings == ["per_device_eval_batch_size lowered from 32 to 16: evaluation at 32 does not fit beside the "
                         "training state"]
-    from vramtune.mechanisms.evaluation import MECHANISM
-
-    assert MECHANISM.describe(result) == [
+    assert chosen_lines(result) == [
         "evaluation at batch 16 (lowered from 32: larger ones do not fit): peak 966.8 KiB with the training state "
         "resident; keeps 62 B per sample on the device for the whole evaluation set (bound it with the evaluation's "
         "accumulation steps: eval_accumulation_steps in a Trainer's arguments, train.evaluation.accumulation_steps in "
@@ -79,8 +78,6 @@ def test_the_tuned_evaluation_batch_is_written_back_and_the_report_shows_both_pe
 
 
 def test_an_evaluation_that_keeps_nothing_says_so_without_advice_to_bound_it():
-    from vramtune.mechanisms.evaluation import MECHANISM
-
-    assert MECHANISM.describe(evaluated(900_000, {32: 990_000}, 32, kept=0)) == [
+    assert chosen_lines(evaluated(900_000, {32: 990_000}, 32, kept=0)) == [
         "evaluation at batch 32: peak 966.8 KiB with the training state resident; keeps nothing on the device from "
         "step to step"]

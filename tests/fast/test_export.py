@@ -7,8 +7,9 @@ import json
 import pytest
 from fakes import FakeDevice, MiB, plan
 
-from vramtune.dialects.paddlenlp.export import ACCEPTED as TRAINER
-from vramtune.dialects.paddlenlp.keys import KNOWN as LLM_SCRIPTS
+from vramtune.dialects.paddlenlp.dialect import FORMAT as LLM_SCRIPTS
+from vramtune.dialects.paddlenlp.dialect import TRAINING_ARGUMENTS as TRAINER
+from vramtune.dialects.spec.dialect import FORMAT as YAML_SPEC
 from vramtune.export import expressible
 
 BUDGET = 40 * MiB
@@ -25,7 +26,7 @@ def measured(strategy, native=None):
 def test_the_chosen_is_exported_where_the_parser_says_it():
     chosen = measured(plan("fp32", 1024, 2, 4), NATIVE)  # no_recompute_layers: an llm-script key
     assert expressible.exported(chosen, [chosen], LLM_SCRIPTS, 1, measure=None) == expressible.Exported(chosen)
-    assert expressible.exported(chosen, [chosen], None, 1, measure=None) == expressible.Exported(chosen)  # yaml
+    assert expressible.exported(chosen, [chosen], YAML_SPEC, 1, measure=None) == expressible.Exported(chosen)
 
 
 def test_with_no_saved_probe_to_stand_in_the_neighbour_is_measured_once():
@@ -108,21 +109,25 @@ def test_no_stage_on_several_ranks_clears_the_stage_the_arguments_file_stated(tm
     assert json.loads(text)["sharding"] == ""
 
 def test_the_faithful_format_names_each_formats_own_tool():
-    assert [expressible.faithful_format(name) for name in ("yaml", "arguments", "kit", "paddleformers", "new")] == [
+    from vramtune.dialects.base import Format
+    from vramtune.plugins import FORMATS
+
+    new = Format("new", ".new", lambda *_: ("", []))
+    assert [expressible.faithful_format(FORMATS.get(name, new))
+            for name in ("yaml", "arguments", "kit", "paddleformers", "new")] == [
         "--format yaml, trained with vramtune.runtime", "--format arguments, for PaddleNLP's llm scripts",
         "--format kit, for the kit's own tools/train.py", "--format paddleformers, for paddleformers-cli train",
         "--format new"]
 
 
 def test_a_format_without_accepted_says_everything(fake_cli, monkeypatch, tmp_path):
-    from types import SimpleNamespace
-
     from conftest import CONFIGS
 
     from vramtune import export
+    from vramtune.dialects.base import Format
     from vramtune.dialects.spec import export as yaml_spec
 
-    recipe = SimpleNamespace(NAME="yaml", SUFFIX=".tuned.yaml", render=yaml_spec.render)  # ARCHITECTURE.md's three
+    recipe = Format("yaml", ".tuned.yaml", yaml_spec.render)  # a format's three required parts
     monkeypatch.setitem(export.FORMATS, "yaml", recipe)
     invoke, _ = fake_cli(FakeDevice())
     code, _, err = invoke("apply", CONFIGS / "mlp-python-cpu.yaml", "--budget", "64MiB", "-o", tmp_path / "out.yaml")

@@ -37,31 +37,6 @@ def test_a_tuned_section_of_vramtune_0_1_is_refused_by_name(tmp_path):
                                       "to rewrite it")
 
 
-def test_the_kits_shared_keys_come_from_the_mechanisms():
-    from vramtune.core.report import Tuned
-    from vramtune.core.strategy import Strategy
-    from vramtune.dialects.kits.config import (
-        amp_choices,
-        compiled,
-        eval_phase,
-        evaluated_batch,
-        paddle_amp,
-        search_off,
-    )
-
-    assert list(search_off({}).items()) == [("recompute", "off"), ("sharding", "off"), ("to_static", "off")]
-    assert search_off({"Global": {"to_static": True}}) == {"recompute": "off", "sharding": "off"}
-    assert eval_phase(16) == {"evaluation": {"batch": 16, "keep": "loss"}}
-    assert amp_choices(("float16",)) == ["fp16-o2", "fp16"]
-    assert amp_choices(("float16", "bfloat16")) == ["fp16-o2", "bf16-o2", "fp16", "bf16"]
-    assert {p: paddle_amp(Strategy(precision=p)) for p in ("fp32", "fp16", "bf16-o2", "fp16-safe")} == {
-        "fp32": ("O0", "float32"), "fp16": ("O1", "float16"), "bf16-o2": ("O2", "bfloat16"),
-        "fp16-safe": ("O1", "float16")}
-    compiling = Tuned(Strategy(to_static=True), facts={"eval_batch": 12})
-    assert (compiled(compiling), evaluated_batch(compiling)) == ({"Global.to_static": True}, 12)
-    assert (compiled(Tuned(Strategy())), evaluated_batch(Tuned(Strategy()))) == ({}, None)
-
-
 def test_architecture_names_every_hook():
     """ARCHITECTURE.md's "How to add a mechanism" lists what a mechanism can declare: every hook of the base class."""
     import re

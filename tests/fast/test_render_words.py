@@ -1,5 +1,5 @@
-"""The one-line answer and `measure`'s lines come from the mechanisms (each one's `phrase` and `measured_lines`):
-the words stay exactly what they were when render.py spelled every field out."""
+"""The one-line answer and `measure`'s lines (render/words.py, naming the Strategy fields and fact keys): the words
+stay exactly what they were when each mechanism said its own."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -9,7 +9,8 @@ from fakes import FakeDevice
 
 from vramtune.core.records import ProbeResult
 from vramtune.core.strategy import Strategy
-from vramtune.render.console import choice_line
+from vramtune.render.tuning import choice_line
+from vramtune.render.words import chosen_lines
 
 MiB = 2**20
 
@@ -33,3 +34,14 @@ def test_measure_says_the_repeated_blocks_found(fake_cli, write_spec):
     cli, _ = fake_cli(FakeDevice(blocks=6))
     code, out, err = cli("measure", write_spec(mlp_spec(), "mlp.yaml"), "-m", 8)
     assert code == 0 and "\n  repeated blocks found: 6\n" in out + err, out + err
+
+
+def test_a_chosen_result_says_what_peft_trains():
+    facts = {"peft": {"lora": {"rank": 8, "alpha": None}, "prefix_tokens": 16}, "trainable_params": 1_234,
+             "total_params": 100_000}
+    assert chosen_lines(ProbeResult("measured", Strategy(), facts=facts)) == [
+        "prefix tuning (16 tokens) + LoRA r=8: 1,234 of 100,000 parameters trained (1.23%)"]
+    lora = {**facts, "peft": {"lora": {"rank": 4}, "prefix_tokens": None}}
+    assert chosen_lines(ProbeResult("measured", Strategy(), facts=lora)) == [
+        "LoRA r=4: 1,234 of 100,000 parameters trained (1.23%)"]
+    assert chosen_lines(ProbeResult("measured", Strategy(), facts={})) == []

@@ -13,6 +13,7 @@ from vramtune.core.records import ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy, dtype_of
 from vramtune.core.units import parse_size
+from vramtune.plugins import MECHANISMS
 from vramtune.search import MemoryModel, SearchProblem, Tuner, choose
 
 
@@ -33,7 +34,7 @@ def grid_best(device: FakeDevice, prob: SearchProblem) -> ProbeResult | None:
     measure = device.measure(prob.budget.bytes, prob.budget.headroom)
     results = [measure(plan("fp32", m, prob.target_batch // m, r))
                for m, r in itertools.product(prob.micro_batches, range(device.blocks + 1))]
-    return choose(results)
+    return choose(MECHANISMS, results)
 
 
 def test_plain_fits_takes_one_probe():
@@ -154,19 +155,19 @@ def test_choice_prefers_simpler_on_near_tie():
         ProbeResult("fits", plan("fp32", 4, 16, 0), samples_per_sec=100.0),
         ProbeResult("over_budget", plan("fp32", 64, 1, 0), samples_per_sec=500.0),
     ]
-    assert choose(results).strategy == plan("fp32", 4, 16, 0)
+    assert choose(MECHANISMS, results).strategy == plan("fp32", 4, 16, 0)
 
 
 def test_memory_model_fits_affine_and_recompute_savings():
-    model = MemoryModel(points([(32, 2, 0, 84), (16, 4, 0, 52), (16, 4, 4, 36)]))
+    model = MemoryModel(MECHANISMS, points([(32, 2, 0, 84), (16, 4, 0, 52), (16, 4, 4, 36)]))
     assert model.predict(plan("fp32", 8, 8, 0)) == pytest.approx(36)
     assert model.predict(plan("fp32", 32, 2, 2)) == pytest.approx(84 - 32 * 0.25 * 2)
-    assert MemoryModel([]).predict(plan("fp32", 8, 8, 0)) is None
+    assert MemoryModel(MECHANISMS, []).predict(plan("fp32", 8, 8, 0)) is None
 
 
 def test_memory_model_sets_the_unaccumulated_probe_apart():
     # k=1 frees gradients before the next forward: 10 below the accumulating line, and so is its recompute
-    model = MemoryModel(points([(64, 1, 0, 138), (32, 2, 0, 84), (16, 4, 0, 52), (64, 1, 4, 74)]))
+    model = MemoryModel(MECHANISMS, points([(64, 1, 0, 138), (32, 2, 0, 84), (16, 4, 0, 52), (64, 1, 4, 74)]))
     assert model.predict(plan("fp32", 8, 8, 0)) == pytest.approx(36)
     assert model.predict(plan("fp32", 64, 1, 0)) == pytest.approx(138)
     assert model.coefficient("accumulation") == pytest.approx(-10)
@@ -441,10 +442,10 @@ def test_a_precision_not_yet_probed_is_predicted_from_its_own_counted_state():
     tuner = Tuner(device.measure(4096 * MiB), prob)
     tuner.probe("plain", plan("fp32", 64, 1))
     o1 = plan("bf16", 64, 1)
-    without = tuner.prior(o1)
+    without = tuner.prediction.prior(o1)
     prob.state = lambda s: {**device.rank_counts(s), "copies": device.amp_cast_bytes if s.precision == "bf16" else 0}
-    assert tuner.prior(o1) - without == pytest.approx(128 * MiB)
-    assert tuner.prior(o1) == pytest.approx(device.peak(o1))
+    assert tuner.prediction.prior(o1) - without == pytest.approx(128 * MiB)
+    assert tuner.prediction.prior(o1) == pytest.approx(device.peak(o1))
 
 
 BATCHNORM_FLOOR = ("micro-batch floor 16 applied (the model has 20 BatchNorm layers, whose statistics over fewer "
@@ -523,8 +524,8 @@ def test_fp16_going_nan_falls_back_to_bf16_then_to_fp16_safe(bf16, chosen):
 
 
 def test_fp16_safe_exports_the_op_list():
+    from vramtune.core.strategy import SAFE_BLACK_LIST
     from vramtune.dialects.paddlenlp.export import tuned_arguments
-    from vramtune.mechanisms.precision import SAFE_BLACK_LIST
 
     arguments, _ = tuned_arguments(Tuned.from_json({"precision": "fp16-safe", "micro_batch": 8, "accumulation": 2,
                                                     "recomputed_blocks": 0, "total_blocks": 4,
@@ -583,7 +584,7 @@ def test_each_amp_level_has_its_own_memory_model_and_counted_state():
     tuner = Tuner(device.measure(1 << 40), problem(1 << 40, amp_precisions=list(AMP_PRECISIONS)))
     for strategy in (plan("fp16-o2", 8, 8), plan("fp16-o2", 16, 4), plan("fp16", 8, 8)):
         tuner.probe("test", strategy)
-    o2, o1 = tuner.memory_model(plan("bf16-o2", 32, 2)), tuner.memory_model(plan("bf16", 32, 2))
+    o2, o1 = tuner.prediction.memory_model(plan("bf16-o2", 32, 2)), tuner.prediction.memory_model(plan("bf16", 32, 2))
     assert o2.counts == {"weight": 4 * MiB, "gradient": 4 * MiB, "optimizer": 24 * MiB}  # half + fp32 masters
     assert o1.counts == {"weight": 8 * MiB, "gradient": 8 * MiB, "optimizer": 16 * MiB}
     assert [s.precision for s, _ in o2.points] == ["fp16-o2", "fp16-o2"] and len(o1.points) == 1
@@ -675,12 +676,12 @@ def test_a_speed_is_never_predicted_past_what_an_axis_can_cost_in_full():
     recompute = BY_NAME["recompute"]
     results = {plan("fp32", 8, 8): ProbeResult("fits", plan("fp32", 8, 8), samples_per_sec=100.0),
                plan("fp32", 8, 8, 1): ProbeResult("fits", plan("fp32", 8, 8, 1), samples_per_sec=60.0)}
-    model = SpeedModel(results, plan("fp32", 8, 8), [recompute])
+    model = SpeedModel(MECHANISMS, results, plan("fp32", 8, 8), [recompute])
     assert model.predict(plan("fp32", 8, 8, 1), 100.0) == pytest.approx(60.0)
     assert model.predict(plan("fp32", 8, 8, 4), 100.0) == pytest.approx(100.0 * (1 - recompute.most_cost))
     unbounded = copy.copy(recompute)
     unbounded.most_cost = None
-    assert SpeedModel(results, plan("fp32", 8, 8), [unbounded]).predict(plan("fp32", 8, 8, 4), 100.0) is None
+    assert SpeedModel(MECHANISMS, results, plan("fp32", 8, 8), [unbounded]).predict(plan("fp32", 8, 8, 4), 100.0) is None
 
 
 def test_probe_on_a_gpu_whose_state_alone_is_over_the_budget_runs_no_probe_and_says_why(fake_cli, write_spec):
@@ -826,8 +827,18 @@ def test_the_activation_prior_of_a_model_folder_is_the_analytic_models_and_flash
 
 
 def test_a_skip_by_a_tie_says_so_and_a_slower_one_says_no_faster():
-    from vramtune.search.ladder import no_faster
+    from vramtune.search.throughput import no_faster
 
     assert no_faster("at most", 81.7, 81.6) == ("at most 81.7 samples/s, within 2% of the best measured 81.6 (where "
                                                 "the simpler configuration is chosen)")
     assert no_faster("predicted", 70.25, 81.6) == "predicted 70.2 samples/s, no faster than the best measured 81.6"
+
+
+def test_the_tuner_is_what_the_mechanisms_see_of_the_search():
+    """mechanisms.base.SearchView names exactly what the mechanisms' search functions use; the Tuner has each."""
+    from vramtune.mechanisms.base import SearchView
+
+    members = [name for name in vars(SearchView) if not name.startswith("_")]
+    assert {"probe", "predict", "could_win", "results", "problem"} <= set(members)
+    tuner = Tuner(FakeDevice().measure(100 * MiB), problem(100 * MiB))
+    assert [name for name in members if not hasattr(tuner, name)] == []

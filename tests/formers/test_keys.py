@@ -12,8 +12,8 @@ from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, ARGUMENT_CLASSES, VERSION
+from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS, FORMERS_KEYS
 from vramtune.dialects.paddleformers.export import tuned_keys
-from vramtune.plugins import MECHANISMS
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 
@@ -36,10 +36,11 @@ def test_the_accepted_keys_are_the_installed_parsers():
 
 
 def test_every_key_vramtune_names_is_a_paddleformers_key():
-    """The refusals, what the reader reads, and every key a mechanism writes back or leaves to the search."""
+    """The refusals, what the reader reads, and every key the dialect writes back, leaves to the search or takes
+    PaddleFormers' default of."""
     written = tuned_keys({}, Tuned(Strategy(precision="bf16-o2", micro_batch=2, accumulation=4, recomputed_blocks=2),
                                    device_kind="gpu"))
-    named = {*keys.REFUSED, *written, *(key for mechanism in MECHANISMS for key in mechanism.formers_keys),
+    named = {*keys.REFUSED, *written, *FORMERS_KEYS, *FORMERS_DEFAULTS,
              "compute_type", "stage", "max_seq_len", "packing", "padding_free", "_attn_implementation", "fine_tuning",
              "lora_rank", "sharding", "sharding_parallel_size", "sharding_offload_opt_buffersize_GB"}
     assert {"per_device_train_batch_size", "recompute_num_layers", "fp16_opt_level"} <= set(written)

@@ -14,6 +14,7 @@ from test_kits_estimate import options
 
 from vramtune.core.strategy import Strategy
 from vramtune.memory.state import ActivationFit, Counts, Factors, Given, row
+from vramtune.plugins import MECHANISMS
 
 OCR = client.kit("PaddleOCR")
 EN_V3 = "configs/rec/PP-OCRv3/en_PP-OCRv3_mobile_rec.yml"  # SVTR_LCNet with a SAR head (LSTMs), one scale
@@ -32,9 +33,10 @@ def test_a_row_counts_the_ema_at_its_precision_and_takes_the_probes_fp32_bytes_o
     fit = ActivationFit(a0=EMA + 10_000_000, b0=50_000_000, b1=0.0)  # as the fp32 probes measured them
     factors, given = Factors(), Given("adam")
     fp32, o2 = Strategy(micro_batch=4), Strategy(micro_batch=4, precision="bf16-o2")
-    assert row(counts, fit, factors, fp32, given, gpu=False).peak == \
+    assert row(MECHANISMS, counts, fit, factors, fp32, given, gpu=False).peak == \
         4 * PARAMS * 4 + EMA + 10_000_000 + 4 * 50_000_000  # weights, gradients, Adam's two moments; as probed
-    ema_row, plain_row = row(counts, fit, factors, o2, given, gpu=False), row(plain, fit, factors, o2, given, gpu=False)
+    ema_row = row(MECHANISMS, counts, fit, factors, o2, given, gpu=False)
+    plain_row = row(MECHANISMS, plain, fit, factors, o2, given, gpu=False)
     assert ema_row.state["ema"] == 4 * STATE_ELEMENTS + 3 * 2 * PARAMS
     assert ema_row.activations == int(0.5 * (10_000_000 + 4 * 50_000_000))
     assert "ema" not in plain_row.state and plain_row.activations == int(0.5 * (EMA + 10_000_000 + 4 * 50_000_000))

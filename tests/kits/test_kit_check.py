@@ -60,3 +60,31 @@ def test_check_takes_the_overrides_apply_took_and_its_budget_line_names_them(fak
     job = backend.jobs[-1]
     assert (job.model["config"], job.model["options"]) == (str(out), given)
     assert (job.strategy["precision"], job.strategy["micro_batch"], job.strategy["accumulation"]) == ("fp16", 8, 8)
+
+
+BASE_BATCH = [  # a batch only a base file says, or an override sets: the file itself says none or another
+    ("PaddleSeg", "configs/fcn/fcn_hrnetw18_cityscapes_1024x512_80k.yml", [], 2),  # _base_/cityscapes.yml
+    ("PaddleSeg", "configs/fcn/fcn_hrnetw18_cityscapes_1024x512_80k.yml", ["batch_size=8"], 8),
+    ("PaddleDetection", "configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml", [], 8),  # _base_/ppyoloe_plus_reader.yml
+    ("PaddleDetection", "configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml", ["TrainReader.batch_size=3"], 3),
+]
+
+
+@pytest.mark.parametrize(("kit", "config", "options", "batch"), BASE_BATCH,
+                         ids=[f"{kit}-{'-'.join(options) or 'base'}" for kit, _, options, _ in BASE_BATCH])
+def test_check_and_measure_read_a_batch_from_the_base_files_or_the_overrides(fake_cli, kit, config, options, batch):
+    """The shipped configs as they are, no -m/-k: a verdict (exit 0 or 1), not exit 2 (the round trip through
+    apply's writer could not read them: it would write the batch into the file)."""
+    if client.kit(kit) is None:
+        pytest.skip(f"no {kit} checkout in {client.KITS}")
+    path, flags = client.kit(kit) / config, [f"-O{option}" for option in options]
+    cli, backend = fake_cli(FakeDevice())  # 20 MiB of state, 2 MiB a sample
+    stated = f"fp32 m={batch} k=1 r=0"
+    code, _, err = cli("check", path, "--budget", "64MiB", *flags)
+    assert code == 0 and f"\nnote: the file's strategy: {stated} (--budget 64.0 MiB)\n" in err, err
+    assert err.endswith("check: pass\n") and backend.jobs[-1].strategy["micro_batch"] == batch
+    assert backend.jobs[-1].model["options"] == options
+    code, _, err = cli("check", path, "--budget", "20MiB", *flags)
+    assert code == 1 and err.endswith("check: fail\n"), err
+    code, _, err = cli("measure", path, "--budget", "64MiB", *flags)
+    assert code == 0 and f"\nnote: the file's strategy: {stated}\n{stated}: fits\n" in err, err

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import SPECS, needs_paddlenlp
 
-from vramtune.estimating import run
+from vramtune.estimating import prober
 
 pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
@@ -53,7 +53,7 @@ def test_probes_at_shorter_sequences_extrapolate_to_the_probe_at_the_whole_seque
     assert {p["probe"]["seq"] for p in shorter["probe_log"] if p["probe"]["recomputed"]} == {None}
     note = next(note for note in shorter["notes"] if "shorter sequences" in note)
     assert "through 64, 128, 192 checked at 256; where it missed" in note and "whole sequence" not in note, note
-    monkeypatch.setattr(run, "probe_sequences", lambda seq: None)
+    monkeypatch.setattr(prober, "probe_sequences", lambda seq: None)
     whole = estimated(cli, long_sequence)
     assert {p["probe"]["seq"] for p in whole["probe_log"]} == {None}
     probed = {tuple(p["probe"][k] for k in ("depth", "micro_batch", "recomputed", "vocab")): p["activations"]
@@ -97,7 +97,7 @@ def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_t
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab != 2048} == {(2, None)}
     assert {(depth, seq) for depth, vocab, seq in recomputed if vocab == 2048} == {
         (depth, seq) for depth in (2, 3) for seq in (64, 128, 192)}
-    monkeypatch.setattr(run._Prober, "layers_kept", lambda *args, **kwargs: None)
+    monkeypatch.setattr(prober.Prober, "layers_kept", lambda *args, **kwargs: None)
     probed = estimated(cli, wide_lora)
     assert {(p["probe"]["depth"], p["probe"]["seq"]) for p in probed["probe_log"] if p["probe"]["recomputed"]
             and p["probe"]["vocab"] != 2048} == {(2, None), (3, None)}
@@ -117,7 +117,7 @@ def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_ra
     """The tiny Llama (128 wide) with its vocabulary reduced to 500: its depth-3 recompute probe at 500 entries misses
     its fit at 64 to 256 tokens (transients, not the layers, set its peaks), so depth 3 is probed at the raised
     vocabulary and the whole sequence, and nothing more at 500 entries: the first rung only."""
-    monkeypatch.setattr(run, "LARGE_LOGITS", 1 << 20)
+    monkeypatch.setattr(prober, "LARGE_LOGITS", 1 << 20)
     answer = estimated(cli, long_sequence)
     recomputed = {(p["probe"]["depth"], p["probe"]["vocab"], p["probe"]["seq"])
                   for p in answer["probe_log"] if p["probe"]["recomputed"]}
@@ -135,7 +135,7 @@ def test_a_recompute_probe_at_a_raised_vocabulary_ends_where_backward_first_rebu
         return [p for p in answer["probe_log"] if p["probe"]["recomputed"] and p["probe"]["vocab"] > 4096]
 
     early = wide_lora_estimate(cli, wide_lora, once)
-    monkeypatch.setattr(run._Prober, "until_rebuild", lambda self, key: False)
+    monkeypatch.setattr(prober.Prober, "until_rebuild", lambda self, key: False)
     whole = estimated(cli, wide_lora)
     assert [("until_rebuild" in p["phases"], "steps" in p["phases"]) for p in raised(early)] == [(True, False)]
     assert [("until_rebuild" in p["phases"], "steps" in p["phases"]) for p in raised(whole)] == [(False, True)]

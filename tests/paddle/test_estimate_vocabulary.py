@@ -10,7 +10,7 @@ import shutil
 import pytest
 from conftest import SPECS, needs_paddlenlp
 
-from vramtune.estimating import run
+from vramtune.estimating import prober
 
 pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
@@ -38,7 +38,7 @@ def test_logits_probed_at_a_sixteenth_of_the_vocabulary_scale_back_to_the_whole_
                                                                                           monkeypatch):
     whole = estimated(cli, large_vocabulary)  # 256 x 8000 fp32 logits: 8 MiB a sample, under LARGE_LOGITS
     assert not any("vocabulary" in note for note in whole["notes"])
-    monkeypatch.setattr(run, "LARGE_LOGITS", 1 << 20)
+    monkeypatch.setattr(prober, "LARGE_LOGITS", 1 << 20)
     reduced = estimated(cli, large_vocabulary)
     probed = [(p["probe"]["depth"], p["probe"]["micro_batch"], p["probe"]["recomputed"], p["probe"]["vocab"])
               for p in reduced["probe_log"]]

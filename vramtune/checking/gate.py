@@ -8,18 +8,17 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from vramtune import export
 from vramtune.checking.stated import stated_strategy
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes, format_percent, format_setting
 from vramtune.dialects.recorded import recorded_budget, recorded_options
-from vramtune.dialects.spec import export as yaml_spec
-from vramtune.plugins import MECHANISMS
 from vramtune.probing.runner import Backend, DeviceError
 from vramtune.spec import Problem, Spec, SpecError, apply_overrides, require_tuned, spec_from_dict
 from vramtune.tuning.session import Say, measure, open_session
+
+SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
 
 
 def _verdict(status: str, measured: ProbeResult | None, reasons: list[str], notes: list[str],
@@ -28,14 +27,20 @@ def _verdict(status: str, measured: ProbeResult | None, reasons: list[str], note
             "measured": measured.to_json() if measured else None, **more}
 
 
+def _smoke_strategy(strategy: Strategy) -> Strategy:
+    """The file's strategy shrunk for a smoke probe: fp32 (AMP is not checked on CPU), micro-batch 1, a short
+    accumulation, one rank, no sharding."""
+    return strategy.with_(precision="fp32", micro_batch=1, devices=1, sharding_stage=0,
+                          accumulation=min(strategy.accumulation, SMOKE_MAX_ACCUMULATION))
+
+
 def _smoke(spec: Spec, strategy: Strategy, backend: Backend, why: str, on_wait: Say) -> dict[str, Any]:
-    """One short CPU step of the file's strategy as each mechanism shrinks it for a smoke probe (micro-batch 1, fp32,
-    one rank): proves the spec still builds and trains."""
+    """One short CPU step of the file's strategy shrunk for a smoke probe: proves the spec still builds and trains."""
     cpu_spec = spec_from_dict(apply_overrides(spec.raw, {"device": "cpu", "probe.steps": 1, "probe.warmup": 1}),
                               spec.path)
     device = backend.describe("cpu")
     session = open_session(cpu_spec, backend, on_wait, device=device, budget_bytes=device.total_bytes)
-    smoke = strategy.with_(**{name: value for m in MECHANISMS for name, value in m.smoke(strategy).items()})
+    smoke = _smoke_strategy(strategy)
     result = measure(session, smoke, on_wait)
     trained = result.measured
     reasons = [] if trained else [f"the spec no longer trains: {result.status}: {result.error}"]
@@ -82,7 +87,7 @@ def check(spec: Spec, tolerance: float, backend: Backend, on_wait: Say, device: 
 
 def is_tool_file(spec: Spec) -> bool:
     """A PaddleFormers, PaddleNLP or kit file: written back by apply in the tool's own format, without tuned:."""
-    return not spec.tuned and export.default_format(Path(spec.path)) != yaml_spec.NAME
+    return not spec.tuned and spec.dialect != "spec"
 
 
 def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = None,
@@ -113,14 +118,25 @@ def check_file(spec: Spec, backend: Backend, on_wait: Say, device: str | None = 
 
 
 def _on_ranks(strategy: Strategy, devices: int) -> tuple[Strategy, list[str]]:
-    """The tuned strategy on another number of ranks, and what that changes in the verdict (each mechanism says)."""
-    changes: dict[str, Any] = {}
-    notes: list[str] = []
-    for mechanism in MECHANISMS:
-        changed, said = mechanism.on_ranks(strategy, devices)
-        changes.update(changed)
-        notes += said
-    return strategy.with_(**changes), notes
+    """The tuned strategy on another number of ranks (each rank's micro-batch and accumulation kept; sharding's stage
+    where there are ranks to split over), and what that changes in the verdict: the samples per step, and what a pass
+    or a fail then says of the tuned ranks."""
+    notes = [f"measured on {devices} rank{'s' if devices > 1 else ''}, tuned on {strategy.devices}: each rank's "
+             f"micro-batch and accumulation as tuned, {strategy.micro_batch * strategy.accumulation * devices} "
+             f"samples per step instead of {strategy.batch}"]
+    tuned_stage = strategy.sharding_stage
+    stage = tuned_stage if devices > 1 else 0
+    if stage:
+        fewer = devices < strategy.devices
+        notes.append(f"sharding stage {stage} splits the state over {devices} ranks, not {strategy.devices}: each rank "
+                     f"holds {'more' if fewer else 'less'} than it will in training, so "
+                     + ("a pass holds there and a fail may not" if fewer else "a fail holds there and a pass may not"))
+    elif tuned_stage:
+        notes.append(f"sharding stage {tuned_stage} needs 2 ranks or more: measured without it, and without data "
+                     "parallel's gradient buffers, so a pass may not hold on the tuned ranks")
+    elif devices == 1:
+        notes.append("one rank runs without data parallel's gradient buffers: a pass may not hold on the tuned ranks")
+    return strategy.with_(devices=devices, sharding_stage=stage), notes
 
 
 def judge(result: ProbeResult, budget: Budget, tuned: Tuned, tolerance: float) -> dict[str, Any]:

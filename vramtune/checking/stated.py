@@ -1,12 +1,13 @@
-"""The strategy a tool's own file states (a PaddleFormers config, a PaddleNLP arguments file, a kit's config): the
-configuration `vramtune apply` would write as this very file.
+"""The strategy a tool's own file states (a PaddleFormers config, a PaddleNLP arguments file, a kit's config): as its
+dialect reads it (`Dialect.stated`: PaddleFormers', PaddleNLP's and the kits' codecs), else the configuration
+`vramtune apply` would write as this very file.
 
-It is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
+That is read by round trip through apply's own writer (`export.render`), so `check` reads every key exactly as `apply`
 writes it and no second mapping can drift from it. The candidates are the strategies whose fields can be listed:
 the batch's factors (micro-batch x accumulation = the file's batch per rank), every value of a field with choices,
-both of a switch; a count, the values its mechanism says a file may state for the model (`file_counts`: the layers
-recomputed, from the config.json of a PaddleFormers model folder; every sharding stage), rendered with the facts a
-probe would record (the model's layers); a count no mechanism lists (an arguments file's layers recomputed) keeps its
+both of a switch; a count, the values a file may state for the model (a PaddleFormers model folder's config.json:
+the layers recomputed, the PaddleFormers dialect's `file_counts`; every sharding stage), rendered with the facts a
+probe would record (the model's layers); a count none lists (an arguments file's layers recomputed) keeps its
 default. The first, nearest the defaults, whose export says what the file says (key by key: comments and layout
 aside), is the file's strategy; a key the writer leaves out (the precision of a file checked on a CPU, which runs
 fp32) then reads as the default, as a probe there runs it."""
@@ -21,11 +22,11 @@ from vramtune import export
 from vramtune.core.reading import Problem, SpecError
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Report
-from vramtune.core.strategy import FIELDS, Strategy
-from vramtune.dialects.kits import tags
+from vramtune.core.strategy import FIELDS, SHARDING_STAGES, Strategy
+from vramtune.dialects import yaml_file as tags
+from vramtune.dialects.paddleformers.codec import file_counts, model_depth
 from vramtune.dialects.paddleformers.shape import model_shape
-from vramtune.memory.architecture import ArchitectureError, read_config
-from vramtune.plugins import MECHANISMS
+from vramtune.plugins import DIALECTS
 from vramtune.spec import Spec
 from vramtune.tuning.session import strategy_from_flags
 
@@ -39,21 +40,14 @@ def batches(per_rank: int) -> list[dict[str, int]]:
 
 
 def model_counts(spec: Spec) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
-    """The mechanisms' facts about the file's model and the count values a file may state for it (`file_counts`),
-    told the depth (as a probe counts it, num_hidden_layers) and model_type of the config.json in the model folder
-    the file names (PaddleFormers); 0 and "" for another tool's file or a config.json that cannot be read."""
+    """The facts about the file's model and the count values a file may state for it: a PaddleFormers file's, told
+    the depth (as a probe counts it, num_hidden_layers) and model_type of the config.json in its model folder
+    (`file_counts`); another tool's, every sharding stage (the file's ranks are its degree: its writer tells the
+    stages apart)."""
     shape = model_shape(spec.model)
-    try:
-        config = read_config(Path(shape[0])) if shape else {}
-    except ArchitectureError:
-        config = {}
-    facts, counts = {}, {}
-    for mechanism in MECHANISMS:
-        found, values = mechanism.file_counts(int(config.get("num_hidden_layers") or 0),
-                                              str(config.get("model_type") or ""))
-        facts.update(found)
-        counts.update(values)
-    return facts, counts
+    if shape is None:
+        return {}, {"sharding_stage": SHARDING_STAGES[1:]}
+    return file_counts(*model_depth(shape[0]))
 
 
 def candidates(base: Strategy, ordered: list[dict[str, int]], counts: dict[str, tuple[Any, ...]]) -> list[Strategy]:
@@ -81,9 +75,15 @@ def exported(spec: Spec, strategy: Strategy, device_kind: str, format_name: str,
 
 
 def stated_strategy(spec: Spec, device_kind: str) -> Strategy:
-    """The file's own strategy, or a SpecError naming the keys the nearest listable strategy's export changes. The
-    batches are tried nearest the file's first (fewest keys changed with the rest at `base`): a kit's YAML takes a
-    tenth of a second a reading, and a render reads it twice."""
+    """The file's own strategy: as its dialect reads it, else by round trip through its format's writer."""
+    dialect = next(dialect for dialect in DIALECTS if dialect.name == spec.dialect)
+    return dialect.stated(spec, device_kind) if dialect.stated else written_as(spec, device_kind)
+
+
+def written_as(spec: Spec, device_kind: str) -> Strategy:
+    """The strategy whose export writes the file unchanged, or a SpecError naming the keys the nearest listable
+    strategy's export changes. The batches are tried nearest the file's first (fewest keys changed with the rest at
+    `base`): a kit's YAML takes a tenth of a second a reading, and a render reads it twice."""
     path = Path(spec.path)
     parse = json.loads if path.suffix == ".json" else tags.safe_load  # a JSON file may be indented with tabs
     data, format_name = flat(parse(path.read_text(encoding="utf-8"))), export.default_format(path)

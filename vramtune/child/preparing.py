@@ -40,7 +40,7 @@ def prepare(model: paddle.nn.Layer, optimizer: OptimizerOrFactory, strategy: Any
     for mechanism in MECHANISMS:
         model, learned = mechanism.prepare_model(model, strategy, settings.get(mechanism.name))
         if learned:
-            facts = learned
+            facts.update(learned)
     if isinstance(optimizer, paddle.optimizer.Optimizer):
         if {id(p) for p in model.parameters()} != before:
             raise TypeError("the strategy adds parameters to the model (LoRA): pass an optimizer factory, e.g. "

@@ -16,7 +16,7 @@ from vramtune.core.strategy import Strategy
 from vramtune.export import expressible
 from vramtune.plugins import MECHANISMS
 from vramtune.probing.runner import Backend
-from vramtune.render import console as render
+from vramtune.render.output import emit_json, say, warn
 from vramtune.tuning import session
 
 Format = enum.Enum("Format", {name: name for name in export.FORMATS}, type=str)
@@ -56,10 +56,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if out is not None and out.exists() and not force:
             raise export.ExportError(f"{out} exists; pass --force to overwrite it")
         export.check_output(name, spec_path, spec, out)
-        spec_session = session.open_session(spec, backend, warn=render.warn)
+        spec_session = session.open_session(spec, backend, warn=warn)
         result = spec_session.store.load_summary()
         if result is None:
-            render.say(f"no saved results for {spec.name} on {spec_session.device.name}: probing first")
+            say(f"no saved results for {spec.name} on {spec_session.device.name}: probing first")
             result = common.tune_and_show(spec_session)
             if result.interrupted:
                 raise common.Failed("interrupted before anything was written: the finished probes are saved; run "
@@ -69,20 +69,20 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                 f"`{common.probe_command(spec_path, budget, device, target_batch, options)}`",
                                 common.EXIT_NO_FIT)
         result, preferred = export.prefer(name, spec, result)  # a format's own choice among the fitting results
-        faithful = expressible.faithful_format(export.default_format(spec_path))
+        faithful = expressible.faithful_format(export.FORMATS[export.default_format(spec_path)])
         exported = exported_result(spec_session, result, name, faithful)
         note = exported.note(result.chosen, name, faithful)
         text, warnings = export.render(name, spec_path, spec, dataclasses.replace(result, chosen=exported.result), out)
         warnings = preferred + ([note] if note else []) + warnings
         for warning in warnings:
-            render.warn(warning)
+            warn(warning)
         if out is None:  # -o - (never with --json)
             print(text, end="", flush=True)
             return
         export.write(out, text, force)
-        render.say(f"wrote {out}")
+        say(f"wrote {out}")
         if json_output:
-            render.emit_json({"output": str(out), "format": name, "warnings": warnings,
+            emit_json({"output": str(out), "format": name, "warnings": warnings,
                               "chosen": result.chosen.to_json(), "exported": exported.result.to_json(),
                               "exported_instead_because": exported.why})
 
@@ -94,16 +94,16 @@ def exported_result(spec_session: session.Session, report: Report, format_name: 
     saved = [result.judged(spec_session.budget, phases) for result in spec_session.store.load().values()]
 
     def measure(strategy: Strategy) -> ProbeResult:
-        render.say(f"measuring {strategy.label()}: the nearest configuration --format {format_name} can say")
-        result = session.measure(spec_session, strategy, render.say)
+        say(f"measuring {strategy.label()}: the nearest configuration --format {format_name} can say")
+        result = session.measure(spec_session, strategy, say)
         spec_session.store.save(result)
         return result
 
     assert report.chosen is not None
     floor = expressible.micro_batch_floor(spec_session.spec.settings, report.chosen)
     try:
-        accepted = getattr(export.FORMATS[format_name], "ACCEPTED", None)  # None: the format says everything
-        return expressible.exported(report.chosen, [*report.probes, *saved], accepted, floor, measure)
+        return expressible.exported(report.chosen, [*report.probes, *saved], export.FORMATS[format_name], floor,
+                                    measure)
     except expressible.NothingExpressible as error:
         raise common.Failed(f"--format {format_name}: {error} (for the chosen one: {faithful})",
                             common.EXIT_NO_FIT) from None

@@ -9,7 +9,8 @@ import typer
 from vramtune.checking import gate as checking
 from vramtune.commands import common
 from vramtune.probing.runner import Backend
-from vramtune.render import console as render
+from vramtune.render import output
+from vramtune.render.results import render_check
 from vramtune.spec import Problem, SpecError
 
 
@@ -41,10 +42,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
         options = common.config_options(kit_options, trailing)
         spec = common.load(tuned_path, {"budget": budget, "kit.options": options}, backend)
         if checking.is_tool_file(spec):
-            verdict = checking.check_file(spec, backend, render.say, device, devices, options)
+            verdict = checking.check_file(spec, backend, output.say, device, devices, options)
         else:
-            verdict = checking.check(spec, tolerance, backend, render.say, device, strict, devices)
-        render.render_check(verdict)
+            verdict = checking.check(spec, tolerance, backend, output.say, device, strict, devices)
+        render_check(verdict)
         if json_output:
-            render.emit_json(verdict)
+            output.emit_json(verdict)
         raise typer.Exit(common.EXIT_NO_FIT if verdict["status"] == "fail" else common.EXIT_OK)

@@ -24,7 +24,8 @@ from vramtune.core.strategy import FIELDS
 from vramtune.plugins import MECHANISMS
 from vramtune.probing import interrupts
 from vramtune.probing.runner import Backend
-from vramtune.render import console as render
+from vramtune.render import output
+from vramtune.render.tuning import ProbeProgress, render_tuning
 from vramtune.spec import Spec, SpecError, load_spec
 from vramtune.tuning import session
 
@@ -128,7 +129,7 @@ def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backen
     if backend is not None:
         packages.require(spec, backend)
     for warning in spec.warnings:
-        render.warn(warning)
+        output.warn(warning)
     return spec
 
 
@@ -189,9 +190,9 @@ def exits_cleanly(command: Callable) -> Callable:
         except (Exception, KeyboardInterrupt) as error:
             messages, code = _failure(error)
         for message in messages:
-            render.error(message)
+            output.error(message)
         if kwargs.get("json_output"):  # an interrupt's real code is its signal's (interrupts.run exits with it)
-            render.emit_json(failure_json("\n".join(messages), interrupts.exit_code() if code == EXIT_INTERRUPTED
+            output.emit_json(failure_json("\n".join(messages), interrupts.exit_code() if code == EXIT_INTERRUPTED
                                           else code))
         raise typer.Exit(code)
 
@@ -213,16 +214,16 @@ class JsonUsageErrors(TyperGroup):
             return super().invoke(ctx)
         except typer.TyperException as error:  # typer's own click: a usage error is one of exit code 2
             if ctx.meta.get("json_output") and error.exit_code == EXIT_BAD_INPUT:
-                render.emit_json(failure_json(error.format_message(), error.exit_code))
+                output.emit_json(failure_json(error.format_message(), error.exit_code))
             raise
 
 
 def tune_and_show(spec_session: session.Session, fresh: bool = False, verbose: bool = False) -> session.Report:
     """Tune with live progress, then render the report."""
-    progress = render.ProbeProgress(verbose)
+    progress = ProbeProgress(verbose)
     try:
-        result = session.tune(spec_session, progress, on_wait=render.say, fresh=fresh)
+        result = session.tune(spec_session, progress, on_wait=output.say, fresh=fresh)
     finally:
         progress.close()
-    render.render_tuning(result)
+    render_tuning(result)
     return result

@@ -15,13 +15,15 @@ from vramtune.dialects.kits import KITS
 from vramtune.dialects.kits import export as kit_export
 from vramtune.estimating.answer import answer
 from vramtune.estimating.asking import question
-from vramtune.estimating.run import estimate, gpu_probes
+from vramtune.estimating.factors import gpu_probes
+from vramtune.estimating.spec_estimate import estimate
 from vramtune.memory.held import notes as held_notes
 from vramtune.memory.state import Row
 from vramtune.probing.runner import Backend
 from vramtune.probing.store import StoreError
-from vramtune.render import console as render
+from vramtune.render import output
 from vramtune.render.answer import render_answer
+from vramtune.render.estimate import render_estimate
 from vramtune.spec import Problem, Spec, SpecError
 
 
@@ -34,7 +36,7 @@ def _size(flag: str, value: str, path: Path) -> int:
 
 def _calibration(path: Path) -> list[ProbeResult]:
     from vramtune.core.report import Report
-    from vramtune.spec import read_yaml
+    from vramtune.dialects.yaml_file import read_yaml
 
     try:
         return gpu_probes(Report.from_json(read_yaml(path)))
@@ -48,9 +50,9 @@ def _kit_options(spec: Spec, best: Row) -> list[str] | None:
         return None
     options, warnings = kit_export.estimate_options(spec, best.strategy)
     kit = KITS[spec.source]
-    render.say(f"as the kit's overrides (the evaluation batch is not estimated):{kit.command_options(options)}")
+    output.say(f"as the kit's overrides (the evaluation batch is not estimated):{kit.command_options(options)}")
     for warning in warnings:
-        render.warn(warning)
+        output.warn(warning)
     return options
 
 
@@ -84,7 +86,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
             result = answer(asked, card_bytes, calibration=probes, budget_bytes=budget_bytes)
             render_answer(result)
             if json_output:
-                render.emit_json(result.to_json())
+                output.emit_json(result.to_json())
             raise typer.Exit(common.EXIT_OK if result.fits else common.EXIT_NO_FIT)
         for flag, value in (("--seq-len", seq_len), ("--batch", batch)):
             if value is not None:
@@ -92,10 +94,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
                                                               "PaddleFormers config: a spec's sequence length and "
                                                               "target batch are its own (edit them in the file)")])
         spec = common.load(spec_path, {"kit.options": options, **({"devices": devices} if devices else {})}, backend)
-        result = estimate(spec, backend, card_bytes, budget_bytes, devices, render.say, calibration=probes)
+        result = estimate(spec, backend, card_bytes, budget_bytes, devices, output.say, calibration=probes)
         result.notes += held_notes(result.counts)
-        render.render_estimate(result)
+        render_estimate(result)
         kit = _kit_options(spec, result.best) if result.best else None
         if json_output:
-            render.emit_json({**result.to_json(), **({"kit_options": kit} if kit is not None else {})})
+            output.emit_json({**result.to_json(), **({"kit_options": kit} if kit is not None else {})})
         raise typer.Exit(common.EXIT_OK if result.best else common.EXIT_NO_FIT)

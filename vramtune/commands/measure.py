@@ -10,7 +10,8 @@ from vramtune.checking import gate as checking
 from vramtune.checking import stated
 from vramtune.commands import common
 from vramtune.probing.runner import Backend
-from vramtune.render import console as render
+from vramtune.render import output
+from vramtune.render.results import render_measure
 from vramtune.spec import Problem, SpecError
 from vramtune.tuning import session
 
@@ -34,14 +35,14 @@ def register(app: typer.Typer, backend: Backend) -> None:
         if given["micro_batch"] is None and (given["accumulation"] is not None or not tool_file):
             neither = " with -k (give neither for the strategy the file states)" if tool_file else ""
             raise SpecError([Problem(str(spec_path), "--micro-batch", f"is required{neither}")])
-        spec_session = session.open_session(spec, backend, warn=render.warn)
+        spec_session = session.open_session(spec, backend, warn=output.warn)
         if given["micro_batch"] is None:  # a tool's own file: the strategy it states, the flags given set over it
             own = stated.stated_strategy(spec, spec_session.device.kind)
-            render.say(f"note: the file's strategy: {own.label()}")
+            output.say(f"note: the file's strategy: {own.label()}")
             given = {**own.to_json(), **{name: value for name, value in given.items() if value is not None}}
         strategy = session.strategy_from_flags(spec, given)
-        result = session.measure_checked(spec_session, strategy, on_wait=render.say)
-        render.render_measure(result, verbose)
+        result = session.measure_checked(spec_session, strategy, on_wait=output.say)
+        render_measure(result, verbose)
         if json_output:
-            render.emit_json(result.to_json())
+            output.emit_json(result.to_json())
         raise typer.Exit(common.EXIT_OK if result.status in ("fits", "unsupported") else common.EXIT_NO_FIT)

@@ -9,9 +9,10 @@ import typer
 
 from vramtune import export
 from vramtune.commands import common
+from vramtune.core.units import format_bytes
 from vramtune.probing.runner import Backend
 from vramtune.render import chart
-from vramtune.render import console as render
+from vramtune.render.output import say, warn
 from vramtune.tuning import session
 
 
@@ -31,15 +32,15 @@ def register(app: typer.Typer, backend: Backend) -> None:
             raise export.ExportError("vramtune plot needs matplotlib: pip install 'vramtune[plot]'")
         options = common.config_options(kit_options, trailing)
         spec = common.load(spec_path, common.overrides(budget, device, target_batch, options))
-        spec_session = session.open_session(spec, backend, warn=render.warn)
+        spec_session = session.open_session(spec, backend, warn=warn)
         result = spec_session.store.load_summary()
         if result is None:
             raise export.ExportError(f"no saved results for {spec.name} within "
-                                     f"{render.format_bytes(spec_session.budget.bytes)} on {spec_session.device.name}: "
+                                     f"{format_bytes(spec_session.budget.bytes)} on {spec_session.device.name}: "
                                      f"run `{common.probe_command(spec_path, budget, device, target_batch, options)}` "
                                      "first")
         try:
             chart.plot_png(result, output)
         except OSError as error:
             raise export.ExportError(f"cannot write {output}: {error.strerror or error}") from error
-        render.say(f"wrote {output}")
+        say(f"wrote {output}")

@@ -9,8 +9,10 @@ from typing import Any, List, Optional
 import typer
 
 from vramtune.commands import common
+from vramtune.core.units import format_bytes
 from vramtune.probing.runner import Backend
-from vramtune.render import console as render
+from vramtune.render import output
+from vramtune.render.tuning import choice_line
 from vramtune.tuning import session
 
 
@@ -28,14 +30,14 @@ def register(app: typer.Typer, backend: Backend) -> None:
         """Tune: run the probe ladder and print the fastest configuration that fits."""
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
                                        common.config_options(kit_options, trailing), backend)
-        spec_session = session.open_session(spec, backend, warn=render.warn)
-        render.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
-                   f"{spec.train.target_batch} within {render.format_bytes(spec_session.budget.bytes)}")
+        spec_session = session.open_session(spec, backend, warn=output.warn)
+        output.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
+                   f"{spec.train.target_batch} within {format_bytes(spec_session.budget.bytes)}")
         result = common.tune_and_show(spec_session, fresh, verbose)
         if json_output:
-            render.emit_json(result.to_json())
+            output.emit_json(result.to_json())
         elif not result.interrupted and not one_place():
-            print(render.choice_line(result), flush=True)  # for pipes (`| tee`) and files
+            print(choice_line(result), flush=True)  # for pipes (`| tee`) and files
         if result.interrupted:
             raise typer.Exit(common.EXIT_INTERRUPTED)
         raise typer.Exit(common.EXIT_OK if result.chosen else common.EXIT_NO_FIT)

@@ -8,7 +8,7 @@ import typer
 
 from vramtune.commands import common
 from vramtune.probing.runner import Backend
-from vramtune.render import console as render
+from vramtune.render import output
 from vramtune.spec import SpecError, load_spec
 
 
@@ -40,13 +40,13 @@ def register(app: typer.Typer, backend: Backend) -> None:
                 spec = load_spec(path, changes, read_data=False)  # a pass over training data runs Paddle
                 files.append({"file": str(path), "ok": True, "problems": [], "warnings": spec.warnings})
                 for warning in spec.warnings:
-                    render.warn(warning)
-                render.say(f"ok: {path}")
+                    output.warn(warning)
+                output.say(f"ok: {path}")
             except SpecError as error:
                 files.append({"file": str(path), "ok": False, "problems": [str(p) for p in error.problems],
                               "warnings": []})
                 for problem in error.problems:
-                    render.error(str(problem))
+                    output.error(str(problem))
         if json_output:
-            render.emit_json({"valid": all(f["ok"] for f in files), "files": files})
+            output.emit_json({"valid": all(f["ok"] for f in files), "files": files})
         raise typer.Exit(common.EXIT_OK if all(f["ok"] for f in files) else common.EXIT_BAD_INPUT)

@@ -19,6 +19,10 @@ SAFE = "-safe"  # fp16-safe: fp16 with the ops that overflow first kept in fp32 
 AMP_PRECISIONS = ("fp16-o2", "bf16-o2", "fp16", "bf16")
 PRECISIONS = ("fp32", *AMP_PRECISIONS, "fp16-safe")
 AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # Paddle's names
+# what fp16-safe keeps in fp32: the ops that overflow first in fp16 (auto_cast's custom black list)
+SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cross_entropy_with_softmax", "exp",
+                   "log", "log_softmax", "layer_norm", "rms_norm", "mean", "reduce_mean", "sum", "reduce_sum",
+                   "pow", "square", "sqrt", "rsqrt", "gelu", "silu", "tanh", "sigmoid", "batch_norm")
 GRANULARITIES = ("full", "full_attn", "core_attn")  # full: the whole block; the others only PaddleNLP models know
 SHARDING_STAGES = (0, 1, 2, 3)
 

@@ -1,4 +1,4 @@
-"""The precision mechanism's doctor check (its `doctor_checks`). AMP: under O1 a matmul's output is half precision and
+"""The precision mechanism's doctor check. AMP: under O1 a matmul's output is half precision and
 a small transformer step peaks below fp32's (the activation ratio reported: it calibrates `estimate`); O2's decorate
 casts the weights and keeps fp32 master weights; GradScaler steps, and skips a step whose gradients are not finite.
 fp16 and bf16 where the device has them. On CPU the check is that AMP is a no-op there, as vramtune assumes when it

@@ -1,18 +1,16 @@
 """The checks `vramtune doctor` runs, in order: what every measurement rests on (the device, the counters, the
-budget's enforcement), then each mechanism's own (its `doctor_checks`, in registry order: a mechanism is checked by
-its own folder), then the allocator's reserve. Read from the live registry."""
+budget's enforcement), then what the mechanisms assume of Paddle (AMP's casts, recompute's saving, the ranks of data
+parallel and sharding), then the allocator's reserve."""
 from __future__ import annotations
 
-from vramtune.doctor import allocator, budget, counters, device
+from vramtune.doctor import allocator, amp, budget, counters, device, ranks, recompute
 from vramtune.doctor.base import Check
-from vramtune.plugins import MECHANISMS
 
 GATING = ("device", "counters", "budget")  # what every GPU measurement depends on
 
 
 def checks() -> tuple[Check, ...]:
-    return (device.CHECK, counters.CHECK, budget.CHECK,
-            *(check for mechanism in MECHANISMS for check in mechanism.doctor_checks()), allocator.CHECK)
+    return (device.CHECK, counters.CHECK, budget.CHECK, amp.CHECK, recompute.CHECK, ranks.CHECK, allocator.CHECK)
 
 
 def by_name() -> dict[str, Check]:

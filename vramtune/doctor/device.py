@@ -7,7 +7,6 @@ from typing import Any
 from vramtune.core.records import Device
 from vramtune.core.units import format_bytes
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
-from vramtune.plugins import MECHANISMS
 
 
 class DeviceFacts(Check):
@@ -42,12 +41,17 @@ class DeviceFacts(Check):
         if found.kind == "cpu":
             return Verdict(PASS, f"{found.name}, {found.count} cores, {format_bytes(found.total_bytes)}; "
                                  f"Paddle {f['paddle']} ({'CUDA build' if f['cuda_build'] else 'CPU build'})")
-        said = "".join(f"; {words}" for mechanism in MECHANISMS if (words := mechanism.device_words(found)))
         figure = (f"{found.name} (compute capability {f['capability']}), {format_bytes(found.total_bytes)}, "
-                  f"{found.count} GPU(s); Paddle {f['paddle']}, CUDA {f['cuda']}, cuDNN {f['cudnn']}{said}")
+                  f"{found.count} GPU(s); Paddle {f['paddle']}, CUDA {f['cuda']}, cuDNN {f['cudnn']}; "
+                  f"{amp_words(found)}")
         if found.total_bytes <= 0:
             return Verdict(FAIL, figure, "Paddle reports no memory on the card: budget 'auto' means nothing here")
         return Verdict(PASS, figure)
+
+
+def amp_words(device: Device) -> str:
+    """What the device line says of AMP on a GPU: the precisions the card cannot run, or that it runs them all."""
+    return "; ".join(device.amp_unsupported.values()) or "fp16 and bf16 AMP supported"
 
 
 CHECK = DeviceFacts()

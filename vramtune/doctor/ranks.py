@@ -1,4 +1,4 @@
-"""Data parallel's doctor check (its `doctor_checks`), for every multi-rank probe (sharding's too): two ranks under
+"""Data parallel's doctor check, for every multi-rank probe (sharding's too): two ranks under
 `paddle.distributed.launch` (NCCL), a data-parallel step on each, each rank's peak read (how vramtune's multi-rank
 probes measure)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recompute's doctor check (its `doctor_checks`): vramtune's wrapper (blocks.py) lowers a small transformer's peak,
+"""Recompute's doctor check: vramtune's wrapper (blocks.py) lowers a small transformer's peak,
 and so does PaddleFormers' or PaddleNLP's own recompute (native.py, as probes switch it on) on a small Llama where one
 is installed.
 

@@ -5,7 +5,6 @@ rank: fine-tuning (LoRA, full) x precision (fp32, AMP O1, O2) x recompute (none,
 every layer) x sharding stage (with several devices) x micro-batch."""
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -13,16 +12,17 @@ from typing import Any
 
 from vramtune.core.records import Budget, ProbeResult
 from vramtune.core.report import Tuned
-from vramtune.core.strategy import Strategy
+from vramtune.core.strategy import AMP_DTYPES, PURE, SHARDING_STAGES, Facts, Strategy
+from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS, batch_keys, formers_facts, to_formers
 from vramtune.doctor.calibration import doctor_factors
-from vramtune.estimating.run import calibrated
+from vramtune.estimating.factors import calibrated
+from vramtune.estimating.rows import counted_facts, predicted_best, recompute_levels
 from vramtune.memory.analytic import FLASH, activations
 from vramtune.memory.architecture import Architecture, architecture, count
 from vramtune.memory.state import Counts, Factors, Given, Row, row
-from vramtune.plugins import BY_NAME, MECHANISMS, formers_defaults
+from vramtune.plugins import MECHANISMS
 
 FINE_TUNINGS = ("LoRA", "full")
-FORMERS_DEFAULTS = formers_defaults()  # what PaddleFormers takes for the keys the mechanisms read
 DATA_PARALLEL_BUFFERS = 1.0  # paddle.DataParallel's fused gradient buffers over the gradients (measured x1.00 on CPU)
 
 
@@ -57,8 +57,7 @@ class Answer:
     factors: Factors = field(default_factory=Factors)
 
     def best(self, fine_tuning: str) -> Row | None:
-        fitting = [r for r in self.rows[fine_tuning] if r.fits]
-        return min(fitting, key=Row.preference) if fitting else None
+        return predicted_best(self.rows[fine_tuning])
 
     @property
     def fits(self) -> bool:
@@ -78,28 +77,38 @@ class Answer:
                                 if (b := self.best(f)) else None)} for f in FINE_TUNINGS}}
 
 
-def strategies(question: Question, arch: Architecture, fine_tuning: str) -> list[Strategy]:
-    """Every strategy a PaddleFormers run could take, in the rows' order: the values each mechanism explores (its
-    `estimate_choices`), nested in their places, and the micro-batches of the batch innermost."""
-    asked = (mechanism.estimate_choices(question, arch, fine_tuning) for mechanism in MECHANISMS)
-    explored = [choices for _, choices in sorted((found for found in asked if found), key=lambda found: found[0])]
-    batch = question.batch
-    batches = [{"micro_batch": micro, "accumulation": batch // micro} for micro in micro_batches(batch)]
-    return [Strategy(**{key: value for choice in combination for key, value in choice.items()})
-            for combination in itertools.product(*explored, batches)]
+def strategies(question: Question, arch: Architecture, fine_tuning: str, facts: Facts) -> list[Strategy]:
+    """Every strategy a PaddleFormers run could take on the question's devices, in the rows' order: fp32, and the
+    question's compute_type at O1 and O2 when it is a half type; within each, every sharding stage with several
+    devices (none with one); within each, the layers the model's code can recompute (`model_facts`): every layer or
+    none in PaddleFormers' own code, where a layer recomputes only when its input needs a gradient (under LoRA never
+    the first: the embeddings are frozen), a quarter, half, three quarters too in the paddlefleet models; the
+    micro-batches of the batch innermost."""
+    half = question.compute_type
+    precisions = ["fp32", half, f"{half}{PURE}"] if half in AMP_DTYPES else ["fp32"]
+    stages = SHARDING_STAGES if question.devices > 1 else (0,)
+    if facts["recompute_options"]["partial"]:
+        levels = recompute_levels(arch.layers)
+    else:
+        levels = [0, arch.layers - 1 if fine_tuning == "LoRA" else arch.layers]
+    return [Strategy(precision=precision, devices=question.devices, sharding_stage=stage, recomputed_blocks=blocks,
+                     micro_batch=micro, accumulation=question.batch // micro)
+            for precision in precisions for stage in stages for blocks in levels
+            for micro in micro_batches(question.batch)]
+
+
+def model_facts(counts: Counts, arch: Architecture) -> Facts:
+    """What the estimate knows of the model without a probe: the counted facts, and what PaddleFormers' code does
+    of its model_type (recompute: whether its code recomputes the first N layers)."""
+    return {**counted_facts(counts), **formers_facts(arch.model_type)}
 
 
 def file_keys(best: Row, fine_tuning: str, counts: Counts, arch: Architecture) -> dict[str, Any]:
-    """The PaddleFormers keys that train the way a row predicts: the batch first, then what every mechanism's
-    `to_formers` writes for the row on a GPU, told the model's counts and type (`counted_facts`, `formers_facts`)."""
-    facts = {key: value for mechanism in MECHANISMS for key, value in
-             {**mechanism.counted_facts(counts), **mechanism.formers_facts(arch.model_type)}.items()}
-    tuned = Tuned(best.strategy, facts, device_kind="gpu")
-    keys: dict[str, Any] = {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full",
-                            **BY_NAME["accumulation"].to_formers({}, tuned)}
-    for mechanism in MECHANISMS:
-        keys.update(mechanism.to_formers({}, tuned))
-    return keys
+    """The PaddleFormers keys that train the way a row predicts: the batch first, then what the dialect's
+    `to_formers` writes for the row on a GPU, told what the estimate knows of the model (`model_facts`)."""
+    tuned = Tuned(best.strategy, model_facts(counts, arch), device_kind="gpu")
+    return {"fine_tuning": "LoRA" if fine_tuning == "LoRA" else "Full", **batch_keys(tuned),
+            **to_formers({}, tuned)}
 
 
 def installed_paddle() -> str:
@@ -136,8 +145,8 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
     rows: dict[str, list[Row]] = {}
     for fine_tuning in FINE_TUNINGS:
         rows[fine_tuning] = []
-        for strategy in strategies(question, arch, fine_tuning):
-            predicted = row(counts[fine_tuning], fit, factors, strategy, given, gpu=True)
+        for strategy in strategies(question, arch, fine_tuning, model_facts(counts[fine_tuning], arch)):
+            predicted = row(MECHANISMS, counts[fine_tuning], fit, factors, strategy, given, gpu=True)
             predicted.fits = budget.fits(predicted.reserved)
             rows[fine_tuning].append(predicted)
     active = count(arch).active
@@ -147,11 +156,11 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
 
 def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str]:
     flash = question.attention in FLASH
-    own = [mechanism.estimate_notes(question) for mechanism in MECHANISMS]
     notes = [*question.notes,
         "counted (exact, from config.json as PaddleFormers builds the model): every parameter"
         + (", every expert resident" if arch.moe else "") + f"; LoRA r={question.lora_rank} on PaddleFormers' "
-        "target modules" + "".join(f"; {said['counted']}" for said in own if "counted" in said),
+        "target modules; bytes per parameter of each precision (O2: fp32 master weights and AdamW moments"
+        + (", fp32 gradients with amp_master_grad" if question.master_grad else "") + ")",
         "measured (CPU, fp32, PaddleFormers' Llama and ERNIE-4.5): the activation coefficients per token, layer and "
         "width, and of the logits" + (f"; only the top-{arch.moe.top_k} routed experts hold activations"
                                       if arch.moe else ""),
@@ -159,7 +168,8 @@ def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str
         f"x{factors.o2_activations:g}, the GPU allocator's reserve +{factors.fragmentation:.0%}"
         + (f", {question.attention} attention keeps no [s, s] tensor" if flash else "")
         + (", each routed copy of a token's input and output in an MoE layer" if arch.moe else "")
-        + "".join(f", {said['assumed']}" for said in own if "assumed" in said),
+        + (f", data parallel's gradient buffers x{DATA_PARALLEL_BUFFERS:.2f} of the gradients (no sharding)"
+           if question.devices > 1 else ""),
     ]
     if arch.fused is False and arch.model_type not in ("llama",):
         notes.append(f"{arch.model_type}: the coefficients of PaddleFormers' Llama (separate projections) are assumed")

@@ -3,7 +3,7 @@ config.json (sizes only), or a PaddleFormers 1.x config naming a local model fol
 dialect (vramtune/dialects/paddleformers: its keys checked against PaddleFormers' parser, the sequence length the
 run reaches). Keys the probes refuse because they cannot be measured (tensor or pipeline parallelism, quantized
 weights) are not modelled here either: the estimate says that its figures are without them. Anything else is a spec,
-estimated from CPU probes (run.py)."""
+estimated from CPU probes (spec_estimate.py)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +12,7 @@ from typing import Any
 
 from vramtune.core.reading import Problem, SpecError
 from vramtune.dialects.paddleformers import keys
+from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS
 from vramtune.dialects.paddleformers.reading import formers_data, parse_overrides, spec_from_config
 from vramtune.estimating.answer import Question
 from vramtune.memory.architecture import ArchitectureError, architecture, read_config
@@ -50,7 +51,7 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
                       devices: int | None) -> Question:
     file = str(path)
     refused = {key: value for key, value in data.items() if keys.refusal(key, value)}
-    default = Question.compute_type  # PaddleFormers' default
+    default = FORMERS_DEFAULTS["compute_type"]
     compute_type = data.get("compute_type", default)
     quantized = compute_type in keys.QUANTIZED_TYPES
     readable = {k: v for k, v in data.items() if k not in refused}
@@ -70,7 +71,7 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
                     batch=batch or raw["train"]["target_batch"],
                     fine_tuning="LoRA" if str(data.get("fine_tuning", "LoRA")).lower() == "lora" else "full",
                     lora_rank=_lora_rank(file, data), compute_type=compute_type,
-                    master_grad=bool(data.get("amp_master_grad", True)),
+                    master_grad=bool(data.get("amp_master_grad", FORMERS_DEFAULTS["amp_master_grad"])),
                     attention=str(data.get("_attn_implementation", "flashmask")), devices=devices or 1,
                     notes=notes)
 

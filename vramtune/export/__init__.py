@@ -1,4 +1,5 @@
-"""Output formats for `vramtune apply`. Adding one: a module with NAME, SUFFIX and render(), one line here."""
+"""`vramtune apply`'s output: the format a file is written in (the dialects' formats, listed by vramtune/plugins.py),
+where it goes, whether it can be written there, and the writing."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,15 +7,9 @@ from typing import Any
 
 from vramtune.core.files import write_atomic
 from vramtune.core.report import Report
-from vramtune.dialects.kits import export as kit_config
-from vramtune.dialects.paddleformers import export as formers_config
-from vramtune.dialects.paddlenlp import arguments_file
-from vramtune.dialects.paddlenlp import export as paddlenlp_args
-from vramtune.dialects.spec import export as yaml_spec
-from vramtune.plugins import SOURCES
-
-FORMATS = {module.NAME: module for module in (yaml_spec, paddlenlp_args, arguments_file, kit_config,
-                                              formers_config)}
+from vramtune.dialects.spec.dialect import FORMAT as YAML_SPEC
+from vramtune.plugins import DIALECTS, FORMATS, SOURCES
+from vramtune.spec import Spec, dialect_of
 
 
 class ExportError(Exception):
@@ -22,35 +17,27 @@ class ExportError(Exception):
 
 
 def default_format(spec_path: Path) -> str:
-    """A PaddleNLP arguments file is written back as one, a kit's config as the same config; a YAML spec as YAML."""
-    if formers_config.is_formers_file(spec_path):
-        return formers_config.NAME
-    if spec_path.suffix == ".json":
-        return arguments_file.NAME
-    return kit_config.NAME if kit_config.is_kit_config(spec_path) else yaml_spec.NAME
+    """The file's own format: a tool's file is written back as that tool's file, a YAML spec as a YAML spec."""
+    return dialect_of(spec_path).format.name
 
 
 def default_output(spec_path: Path, format_name: str) -> Path:
-    if format_name == formers_config.NAME:
-        return spec_path.with_name(formers_config.output_name(spec_path))
+    chosen = FORMATS[format_name]
+    if chosen.output_name is not None:
+        return spec_path.with_name(chosen.output_name(spec_path))
     stem = spec_path.name
     for suffix in (".yaml", ".yml", ".json", ".tuned"):
         stem = stem.removesuffix(suffix)
-    return spec_path.with_name(stem + FORMATS[format_name].SUFFIX)
+    return spec_path.with_name(stem + chosen.suffix)
 
 
-def check_format(format_name: str, spec_path: Path, spec: Any) -> None:
-    """Before any probing: the arguments format writes back an arguments file, yaml a YAML spec."""
-    if format_name == arguments_file.NAME and spec.arguments is None:
-        raise ExportError(f"--format arguments needs a PaddleNLP arguments file (.json); {spec_path} is a YAML spec")
-    if format_name == yaml_spec.NAME and spec.arguments is not None:
-        raise ExportError(f"--format yaml needs a YAML spec; {spec_path} is a PaddleNLP arguments file")
-    if (format_name == kit_config.NAME) != (spec.source in kit_config.SOURCES):
-        raise ExportError(f"--format {format_name} cannot write {spec_path}: --format kit writes a kit's config back, "
-                          "and only that")
-    if (format_name == formers_config.NAME) != (spec.source == formers_config.NAME):
-        raise ExportError(f"--format {format_name} cannot write {spec_path}: a PaddleFormers config is written back "
-                          "as itself (--format paddleformers), and only it")
+def check_format(format_name: str, spec_path: Path, spec: Spec) -> None:
+    """Before any probing: what the format needs of the file, then whether the file's dialect lets another format
+    write it (a kit's or a PaddleFormers config is written back as itself only)."""
+    dialect = next(dialect for dialect in DIALECTS if dialect.name == spec.dialect)
+    why = FORMATS[format_name].refuses(spec_path, spec) or dialect.refuses(format_name, spec_path)
+    if why:
+        raise ExportError(why)
 
 
 def check_output(format_name: str, spec_path: Path, spec: Any, output: Path | None) -> None:
@@ -65,7 +52,7 @@ def check_output(format_name: str, spec_path: Path, spec: Any, output: Path | No
     if not folder.is_dir():
         raise ExportError(f"cannot write {output}: " + (f"{output.parent} is not a folder" if folder.exists() else
                                                          f"no such folder: {output.parent}"))
-    if format_name != yaml_spec.NAME or str(folder) == spec.base_dir:
+    if format_name != YAML_SPEC.name or str(folder) == spec.base_dir:
         return
     source, model = SOURCES[spec.source], spec.raw.get("model") or {}
     there = source.found_from(spec.model, model, str(folder))
@@ -79,10 +66,10 @@ def check_output(format_name: str, spec_path: Path, spec: Any, output: Path | No
                               + source.elsewhere.format(found=found, folder=Path(found).parent))
 
 
-def prefer(format_name: str, spec: Any, report: Report) -> tuple[Report, list[str]]:
+def prefer(format_name: str, spec: Spec, report: Report) -> tuple[Report, list[str]]:
     """The report with the format's own preferred result as its choice, and why (a format without a preference:
     the report as it is)."""
-    chooser = getattr(FORMATS[format_name], "prefer", None)
+    chooser = FORMATS[format_name].prefer
     return chooser(spec, report) if chooser else (report, [])
 
 

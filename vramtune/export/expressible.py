@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from vramtune import plugins
 from vramtune.core.records import ProbeResult
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
+from vramtune.dialects.base import Format
 from vramtune.plugins import MECHANISMS
 from vramtune.search.choice import choose
+from vramtune.search.choice import micro_batch_floor as floor_of
 
 Measure = Callable[[Strategy], ProbeResult]
 
@@ -35,45 +36,37 @@ class Exported:
                 f"{faithful})")
 
 
-# what trains each default format's file: the spec's own tool
-TRAINED_BY = {"yaml": "trained with vramtune.runtime", "arguments": "for PaddleNLP's llm scripts",
-              "kit": "for the kit's own tools/train.py", "paddleformers": "for paddleformers-cli train"}
+def faithful_format(own: Format) -> str:
+    """Where the chosen configuration can always be said: the spec's own format, and what trains it."""
+    return f"--format {own.name}, {own.trained_by}" if own.trained_by else f"--format {own.name}"
 
 
-def faithful_format(default_format: str) -> str:
-    """Where the chosen configuration can always be said: the spec's own format."""
-    trained_by = TRAINED_BY.get(default_format)
-    return f"--format {default_format}, {trained_by}" if trained_by else f"--format {default_format}"
-
-
-def inexpressible(result: ProbeResult, accepted: frozenset[str] | None) -> str | None:
-    """Why the parser (its fields: `accepted`; None: vramtune's own reader, which says everything) cannot train
-    the result's configuration as measured, or None."""
-    if accepted is None:
+def inexpressible(result: ProbeResult, written: Format) -> str | None:
+    """Why the file the format writes cannot train the result's configuration as measured (its dialect's codec
+    says; a format without `inexpressible` says everything), or None."""
+    if written.inexpressible is None:
         return None
-    tuned = Tuned(strategy=result.strategy, facts=result.facts)
-    return next((why for mechanism in MECHANISMS if (why := mechanism.inexpressible(tuned, accepted))), None)
+    return written.inexpressible(Tuned(strategy=result.strategy, facts=result.facts))
 
 
 def micro_batch_floor(settings: dict, chosen: ProbeResult) -> int:
     """The smallest micro-batch the search would choose (a mechanism's floor, e.g. a BatchNorm model's)."""
-    return plugins.micro_batch_floor(settings, chosen.facts)[0]
+    return floor_of(MECHANISMS, settings, chosen.facts)[0]
 
 
-def exported(chosen: ProbeResult, probes: Iterable[ProbeResult], accepted: frozenset[str] | None, floor: int,
+def exported(chosen: ProbeResult, probes: Iterable[ProbeResult], written: Format, floor: int,
              measure: Measure) -> Exported:
-    """The chosen result if the parser can say it; else the fastest fitting measured one it can say; else the
+    """The chosen result if the format can say it; else the fastest fitting measured one it can say; else the
     chosen one's expressible neighbour (e.g. every layer recomputed), measured now. Raises NothingExpressible."""
-    why = inexpressible(chosen, accepted)
+    why = inexpressible(chosen, written)
     if why is None:
         return Exported(chosen)
-    best = choose([p for p in probes if p.fits and not inexpressible(p, accepted)], floor)
-    if best is None:
-        tuned = Tuned(strategy=chosen.strategy, facts=chosen.facts)
-        neighbour = next((s for m in MECHANISMS if (s := m.expressible_neighbour(tuned))), None)
+    best = choose(MECHANISMS, [p for p in probes if p.fits and not inexpressible(p, written)], floor)
+    if best is None and written.expressible_neighbour is not None:
+        neighbour = written.expressible_neighbour(Tuned(strategy=chosen.strategy, facts=chosen.facts))
         known = {p.strategy: p for p in probes}
         result = None if neighbour is None else known.get(neighbour) or measure(neighbour)
-        best = result if result is not None and result.fits and not inexpressible(result, accepted) else None
+        best = result if result is not None and result.fits and not inexpressible(result, written) else None
     if best is None:
         raise NothingExpressible(f"{why}, and no measured configuration that the format can say fits the budget")
     return Exported(best, why)

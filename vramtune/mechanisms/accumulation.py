@@ -7,10 +7,7 @@ from dataclasses import dataclass
 
 from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
-from vramtune.mechanisms.base import Mechanism, Option
-
-SMOKE_MAX_ACCUMULATION = 2  # a smoke probe proves the step trains, not the memory: keep it short
-
+from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
 BATCHNORM_FLOOR = 16  # BatchNorm statistics over fewer samples are noisy (Wu & He, Group Normalization, 2018)
 
@@ -48,16 +45,6 @@ class Accumulation(Mechanism):
             settings.micro_batches = None
         return settings
 
-    def phrase(self, strategy, facts) -> tuple[str, str]:
-        return "batch", f"micro-batch {strategy.micro_batch} x accumulation {strategy.accumulation}"
-
-    def smoke(self, strategy) -> dict:
-        return {"micro_batch": 1, "accumulation": min(strategy.accumulation, SMOKE_MAX_ACCUMULATION)}
-
-    preferred = (2, "the largest micro-batch")
-
-    def preference(self, strategy) -> list[tuple[int, int]]:
-        return [(2, -strategy.micro_batch)]
 
     def weight(self, strategy) -> int:
         return strategy.accumulation if strategy.accumulation > 1 else 0
@@ -75,19 +62,12 @@ class Accumulation(Mechanism):
                                     "are noisy"
         return None
 
-    def suggest(self, search) -> list[str]:
+    def suggest(self, search: SearchView) -> list[str]:
         settings, smallest = search.settings(self.name), search.problem.micro_batches[-1]
         if smallest > search.floor:  # at the floor, a smaller one would not be probed
             return [f"a smaller micro-batch: lower train.target_batch or raise search.max_accumulation "
                     f"(now {settings.max_accumulation}; the smallest micro-batch tried was {smallest})"]
         return []
-
-    def to_arguments(self, tuned):
-        return self.to_formers({}, tuned), []
-
-    def to_formers(self, config, tuned) -> dict:
-        return {"per_device_train_batch_size": tuned.strategy.micro_batch,
-                "gradient_accumulation_steps": tuned.strategy.accumulation}
 
     def prepare_model(self, model, strategy, settings):
         """Counts the BatchNorm layers: their statistics come from one micro-batch, so small ones get a floor."""

@@ -15,9 +15,9 @@ Every hook has a default that does nothing, so a mechanism writes only what it c
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple, Protocol
 
 from vramtune.core.strategy import Facts, Field
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from vramtune.doctor.base import Check
     from vramtune.memory.architecture import Architecture
     from vramtune.memory.state import Counts, Factors, Given
-    from vramtune.search.ladder import Tuner
 
 
 @dataclass(frozen=True)
@@ -189,11 +188,11 @@ class Mechanism:
         """Lines about a chosen result for the report."""
         return []
 
-    def notes(self, search: Tuner) -> list[str]:
+    def notes(self, search: SearchView) -> list[str]:
         """What the search skips from the start, and why (e.g. AMP on a CPU)."""
         return []
 
-    def suggest(self, search: Tuner) -> list[str]:
+    def suggest(self, search: SearchView) -> list[str]:
         """When nothing fits: what of this mechanism would help."""
         return []
 
@@ -315,26 +314,26 @@ class Mechanism:
         return {}, []
 
     # -- search roles (called for the mechanisms the ladder's data names in each role) -------------------
-    def whole_batch(self, base: Strategy, search: Tuner) -> None:
+    def whole_batch(self, base: Strategy, search: SearchView) -> None:
         """Role whole_batch: probe its alternatives at the whole batch (before accumulation)."""
 
-    def alternatives(self, base: Strategy, search: Tuner) -> Iterable[dict[str, Any]]:
+    def alternatives(self, base: Strategy, search: SearchView) -> Iterable[dict[str, Any]]:
         """Role outer: its settings to search in depth, in order (lazily: later ones may depend on results)."""
         return [{}]
 
-    def worth_searching(self, candidate: Strategy, search: Tuner) -> bool:
+    def worth_searching(self, candidate: Strategy, search: SearchView) -> bool:
         """Role outer: whether the candidate could beat what was measured so far."""
         return True
 
-    def levels(self, plain: Strategy, search: Tuner) -> list[Strategy]:
+    def levels(self, plain: Strategy, search: SearchView) -> list[Strategy]:
         """Role axis: its settings at one micro-batch, by increasing memory (the last: off)."""
         return []
 
-    def refine_level(self, found: Strategy, search: Tuner) -> ProbeResult:
+    def refine_level(self, found: Strategy, search: SearchView) -> ProbeResult:
         """Role axis: the best of the cheaper variants of a level found to fit (e.g. recompute granularities)."""
         return search.results[found]
 
-    def refine(self, best: ProbeResult, search: Tuner) -> None:
+    def refine(self, best: ProbeResult, search: SearchView) -> None:
         """Role refine: probe variants of the best configuration (kept by the choice only if faster)."""
 
     # -- child side (import Paddle inside) ---------------------------------------------------------------
@@ -384,3 +383,84 @@ class Mechanism:
         """The probe run under a launcher (several ranks): the command for the worker's arguments, its
         environment, and how many ranks write a result; None to run the worker as it is."""
         return None
+
+
+# == The search as the mechanisms see it (issue 35) ==================================================================
+# What a mechanism's search-role functions (whole_batch, alternatives, worth_searching, levels, refine_level, refine)
+# and its notes / suggest may read and do of the search: exactly the members they use. search.ladder.Tuner satisfies
+# it; a mechanism imports nothing of search/.
+
+
+class SearchProblemView(Protocol):
+    """What a mechanism reads of the search's problem."""
+
+    @property
+    def micro_batches(self) -> list[int]:
+        """The candidates that reach the target exactly, largest first."""
+        ...
+
+
+class SearchView(Protocol):
+    """The search, as a mechanism's search functions are given it."""
+
+    @property
+    def problem(self) -> SearchProblemView: ...
+
+    @property
+    def base(self) -> Strategy:
+        """Every mechanism off, the user's fixed fields (ranks) set."""
+        ...
+
+    @property
+    def limit(self) -> float:
+        """The bytes a probe may use and fit."""
+        ...
+
+    @property
+    def floor(self) -> int:
+        """The smallest micro-batch that may be chosen."""
+        ...
+
+    @property
+    def facts(self) -> Facts:
+        """What the probes learned about the model."""
+        ...
+
+    @property
+    def results(self) -> Mapping[Strategy, ProbeResult]:
+        """Every probe so far, in order."""
+        ...
+
+    def settings(self, mechanism: str) -> Any:
+        """The mechanism's settings from the spec."""
+        ...
+
+    def note(self, text: str) -> None: ...
+
+    def unsupported(self, strategy: Strategy) -> str | None:
+        """Why the device cannot run the strategy, or None."""
+        ...
+
+    def sized(self, strategy: Strategy, micro_batch: int) -> Strategy:
+        """The strategy reaching the target batch with this micro-batch."""
+        ...
+
+    def without_axes(self, strategy: Strategy) -> Strategy:
+        """The strategy with every axis (recompute) off."""
+        ...
+
+    def fitting_micro_batches(self, candidate: Strategy, varying: tuple[str, ...] = ()) -> list[int]:
+        """Micro-batches measured to fit with the candidate's settings (but `varying`), every axis off."""
+        ...
+
+    def probe(self, rung: str, strategy: Strategy) -> ProbeResult:
+        """The strategy's result: measured once, or ruled out unmeasured where predicted not to fit."""
+        ...
+
+    def predict(self, strategy: Strategy) -> float | None:
+        """The bytes the strategy is predicted to take, or None."""
+        ...
+
+    def could_win(self, mechanism: Mechanism, candidate: Strategy) -> bool:
+        """Whether searching the candidate's setting of `mechanism` in depth can beat the best so far."""
+        ...

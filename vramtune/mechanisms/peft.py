@@ -13,7 +13,6 @@ Spec: `train.lora: true` or `{rank, alpha, target_modules, rslora, pissa, use_qu
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -66,12 +65,6 @@ class PeftSettings:
     lora: Lora | None = None
     prefix_tokens: int | None = None  # prefix tuning's virtual tokens
 
-    @property
-    def label(self) -> str:
-        parts = ([f"prefix tuning ({self.prefix_tokens} tokens)"] if self.prefix_tokens else []) + \
-                ([f"LoRA r={self.lora.rank}"] if self.lora else [])
-        return " + ".join(parts)
-
 
 def _lora(value: Any, section: Section) -> Lora | None:
     """train.lora: true, or a mapping of LORA_KEYS."""
@@ -88,26 +81,6 @@ def _lora(value: Any, section: Section) -> Lora | None:
                 lora_plus_scale=keys.get("lora_plus_scale", float, 1.0, check=positive()) or 1.0)
     keys.finish()
     return lora
-
-
-def _saved_config(arguments: Section, key: str, name: str) -> dict[str, Any]:
-    """The configuration saved next to adapter weights (lora_config.json, prefix_config.json); never the weights."""
-    from vramtune.dialects.paddlenlp.reading import local_path
-
-    value = arguments.get(key, str, None)
-    if not value:
-        return {}
-    folder = local_path(arguments, key, value, f"a local folder with {name}")
-    if folder is None or not (folder / name).is_file():
-        if folder is not None:
-            arguments.fail(key, f"{value!r}: the folder has no {name} (vramtune reads only the configuration, never "
-                                "the weights)")
-        return {}
-    try:
-        return json.loads((folder / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        arguments.fail(key, f"{value!r}: {name} cannot be read: {error}")
-        return {}
 
 
 class Peft(Mechanism):
@@ -135,45 +108,9 @@ class Peft(Mechanism):
                        "needs a PaddleNLP model (model.source: paddlenlp): PaddleNLP's peft builds it")
         return settings
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        keys: dict[str, Any] = {}
-        rank = arguments.get("lora_rank", int, 8, check=positive(1 << 16))
-        extras = {name: arguments.get(name, kind, default) for name, kind, default in (
-            ("rslora", bool, False), ("pissa", bool, False), ("use_quick_lora", bool, False),
-            ("lora_plus_scale", float, 1.0))}
-        saved_lora = _saved_config(arguments, "lora_path", "lora_config.json")
-        if arguments.get("lora", bool, False):
-            lora = {"rank": saved_lora.get("r", rank), **extras}
-            if saved_lora.get("target_modules"):
-                lora["target_modules"] = saved_lora["target_modules"]
-            if saved_lora.get("lora_alpha"):
-                lora["alpha"] = saved_lora["lora_alpha"]
-            keys["train.lora"] = lora
-        tokens = arguments.get("num_prefix_tokens", int, 128, check=positive(1 << 16))
-        saved_prefix = _saved_config(arguments, "prefix_path", "prefix_config.json")
-        if arguments.get("prefix_tuning", bool, False):
-            keys["train.prefix_tuning"] = {"tokens": saved_prefix.get("num_prefix_tokens", tokens)}
-        return keys
-
     def child_settings(self, settings: PeftSettings, budget) -> dict[str, Any] | None:
         return dataclasses.asdict(settings) if settings.lora or settings.prefix_tokens else None
 
-    def describe(self, result) -> list[str]:
-        facts = result.facts
-        applied, trained, total = facts.get("peft"), facts.get("trainable_params"), facts.get("total_params")
-        if not (applied and total):
-            return []
-        label = PeftSettings(Lora(**applied["lora"]) if applied["lora"] else None, applied["prefix_tokens"]).label
-        return [f"{label}: {trained:,} of {total:,} parameters trained ({trained / total:.2%})"]
-
-    def to_arguments(self, tuned):
-        applied = tuned.facts.get("peft") or {}
-        arguments: dict[str, Any] = {}
-        if applied.get("lora"):
-            arguments.update(lora=True, lora_rank=applied["lora"]["rank"])
-        if applied.get("prefix_tokens"):
-            arguments.update(prefix_tuning=True, num_prefix_tokens=applied["prefix_tokens"])
-        return arguments, []
 
     # -- child side --------------------------------------------------------------------------------------
     def prepare_model(self, model, strategy, settings):

@@ -6,9 +6,8 @@ In the search: at the whole batch, stage 1 measured and higher stages where pred
 outer alternative, searched in depth where it lets a larger micro-batch fit than without."""
 from __future__ import annotations
 
-from vramtune.core.reading import Section
 from vramtune.core.strategy import FIELDS, SHARDING_STAGES
-from vramtune.mechanisms.base import Mechanism
+from vramtune.mechanisms.base import Mechanism, SearchView
 
 PARTITIONED = {1: ("optimizer",), 2: ("optimizer", "gradient"), 3: ("optimizer", "gradient", "weight")}
 STATE_PART = {"optimizer": "optimizer_state", "gradient": "gradients", "weight": "weights"}  # in the estimate's state
@@ -23,26 +22,6 @@ class Sharding(Mechanism):
 
     def read(self, spec) -> bool:
         return spec.search.get("sharding", str, "auto", choices=("auto", "off")) != "off"
-
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        return ("memory", f"sharding stage {strategy.sharding_stage}") if strategy.sharding_stage else None
-
-    def smoke(self, strategy) -> dict:
-        return {"sharding_stage": 0}
-
-    def on_ranks(self, strategy, devices) -> tuple[dict, list[str]]:
-        stage = strategy.sharding_stage if devices > 1 else 0
-        if stage:
-            fewer = devices < strategy.devices
-            return {"sharding_stage": stage}, [
-                f"sharding stage {stage} splits the state over {devices} ranks, not {strategy.devices}: each rank "
-                f"holds {'more' if fewer else 'less'} than it will in training, so "
-                + ("a pass holds there and a fail may not" if fewer else "a fail holds there and a pass may not")]
-        if strategy.sharding_stage:
-            return {"sharding_stage": 0}, [
-                f"sharding stage {strategy.sharding_stage} needs 2 ranks or more: measured without it, and without "
-                "data parallel's gradient buffers, so a pass may not hold on the tuned ranks"]
-        return {}, []
 
     def weight(self, strategy) -> int:
         return strategy.sharding_stage
@@ -63,8 +42,6 @@ class Sharding(Mechanism):
         return sum(counts.get(part, 0.0) for part in PARTITIONED[stage]) * (1 - 1 / ranks)
 
     # -- the estimate ------------------------------------------------------------------------------------
-    preferred = (3, "the lowest sharding stage")
-
     def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
         """Each rank keeps 1/N of what its stage partitions."""
         ranks = strategy.devices
@@ -73,92 +50,21 @@ class Sharding(Mechanism):
         return {**state, **{STATE_PART[part]: state[STATE_PART[part]] // ranks
                             for part in PARTITIONED.get(strategy.sharding_stage, ())}}
 
-    def preference(self, strategy) -> list[tuple[int, int]]:
-        return [(3, strategy.sharding_stage)]
-
-    def column(self, strategy, facts) -> tuple[str, str]:
-        return "stage", str(strategy.sharding_stage)
-
-    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
-        """Every stage with several devices, none with one; inside the precisions."""
-        return 1, [{"sharding_stage": stage} for stage in (SHARDING_STAGES if question.devices > 1 else (0,))]
-
-    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
-        """Every stage with several devices unless the spec turns sharding off, none otherwise; inside the
-        precisions."""
-        stages = SHARDING_STAGES if context.devices > 1 and settings else (0,)
-        return 1, [{"sharding_stage": stage} for stage in stages]
-
-    def from_arguments(self, arguments) -> dict:
-        """sharding and its degree are what the search decides with the ranks; a degree above 1 says how many ranks
-        the run has (at least). Offload and sharding_parallel_config options are not measured: refused."""
-        mode = arguments.get("sharding", str, "") or ""
-        degree = arguments.get("sharding_parallel_degree", int, -1)
-        legacy = arguments.get("sharding_degree", int, -1)
-        config = arguments.get("sharding_parallel_config", str, "") or ""
-        if "offload" in mode:
-            arguments.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
-        if config.strip() and mode.strip():
-            arguments.fail("sharding_parallel_config", f"{config!r} changes how sharding holds its buffers, which "
-                                                       "vramtune does not measure: leave it empty to tune")
-        ranks = max(degree or -1, legacy or -1)
-        return {"devices": ranks} if ranks > 1 else {}
-
-    def from_formers(self, config) -> dict:
-        """sharding (stage1 by default) and its degree, sharding_parallel_size, as PaddleNLP's keys say them;
-        offloading its buffers to the host refused (not measured)."""
-        data, offload = config.data, "sharding_offload_opt_buffersize_GB"
-        config.seen.add(offload)
-        if isinstance(data.get(offload), (int, float)) and data[offload] > 0:
-            config.fail(offload, f"{data[offload]!r} changes memory: offloading sharding's buffers is not measured: "
-                                 "remove it")
-        arguments = {"sharding": data.get("sharding", "stage1"),
-                     "sharding_parallel_degree": data.get("sharding_parallel_size", -1),
-                     **({"sharding_parallel_config": data["sharding_parallel_config"]}
-                        if "sharding_parallel_config" in data else {})}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
-
-    def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
-        """Every stage: the file's ranks (its degree) are the spec's, so its writer tells them apart."""
-        return {}, {"sharding_stage": SHARDING_STAGES[1:]}
-
-    def from_kit(self, config) -> dict:
-        """The kits have no sharding key."""
-        return {"sharding": "off"}
-
-    def to_formers(self, config, tuned) -> dict:
-        """The stage chosen over the ranks; PaddleFormers' default (stage1 over every rank) turned off where the
-        choice is no sharding on several ranks. One rank writes nothing: sharding then holds nothing."""
-        stage, ranks = tuned.strategy.sharding_stage, tuned.strategy.devices
-        if stage:
-            return {"sharding": f"stage{stage}", "sharding_parallel_size": ranks}
-        return {"sharding": ""} if ranks > 1 and config.get("sharding", "stage1") else {}
-
-    def formers_on_cpu(self, arguments) -> dict:
-        return {"sharding": ""} if arguments.get("sharding", "stage1") else {}
-
-    def to_arguments(self, tuned):
-        """No stage on several ranks is written as `sharding: ""`: a stage the file stated would otherwise stay and
-        train what was not measured."""
-        stage = tuned.strategy.sharding_stage
-        if not stage:
-            return ({"sharding": ""} if tuned.strategy.devices > 1 else {}), []
-        return {"sharding": f"stage{stage}", "sharding_parallel_degree": tuned.strategy.devices}, []
 
     # -- search ------------------------------------------------------------------------------------------
-    def considered(self, search) -> dict[int, str | None]:
+    def considered(self, search: SearchView) -> dict[int, str | None]:
         """stage -> why the device cannot run it (None: it can); only stage 0 with one rank or sharding off."""
         if search.base.devices < 2 or not search.settings(self.name):
             return {0: None}
         return {stage: search.unsupported(search.base.with_(sharding_stage=stage)) for stage in SHARDING_STAGES}
 
-    def stages(self, search) -> list[int]:
+    def stages(self, search: SearchView) -> list[int]:
         return [stage for stage, why in self.considered(search).items() if not why]
 
-    def notes(self, search) -> list[str]:
+    def notes(self, search: SearchView) -> list[str]:
         return [f"sharding stage {stage} skipped: {why}" for stage, why in self.considered(search).items() if why]
 
-    def whole_batch(self, base, search) -> None:
+    def whole_batch(self, base, search: SearchView) -> None:
         """The whole batch with the state partitioned, lowest stage first. The first stage is measured (it also
         shows what data parallel's own buffers cost); higher stages only where predicted to fit from the
         counted weight, gradient and optimizer bytes."""
@@ -169,10 +75,10 @@ class Sharding(Mechanism):
             if (index == 0 or hopeful) and search.probe("sharding", sharded).fits:
                 return
 
-    def alternatives(self, base, search):
+    def alternatives(self, base, search: SearchView):
         return [{"sharding_stage": stage} for stage in self.stages(search)]
 
-    def worth_searching(self, candidate, search) -> bool:
+    def worth_searching(self, candidate, search: SearchView) -> bool:
         """Stage 0 always; a higher stage where partitioning the state lets a larger micro-batch fit than the
         largest fitting without recompute (predicted)."""
         if not candidate.sharding_stage:

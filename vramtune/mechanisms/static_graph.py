@@ -5,11 +5,8 @@ Not tried for PaddleNLP models: their Trainer converts with its own to_static pa
 not what the Trainer would run."""
 from __future__ import annotations
 
-from vramtune.core.reading import refuse_when_on
 from vramtune.core.strategy import FIELDS
-from vramtune.mechanisms.base import Mechanism
-
-KIT_KEY = "Global.to_static"  # both kits' (PaddleClas, PaddleOCR): the model compiled with paddle.jit.to_static
+from vramtune.mechanisms.base import Mechanism, SearchView
 
 
 class StaticGraph(Mechanism):
@@ -20,28 +17,6 @@ class StaticGraph(Mechanism):
         wanted = spec.search.get("to_static", str, "auto", choices=("auto", "off")) != "off"
         return wanted and spec.model.data.get("source") != "paddlenlp"
 
-    def from_arguments(self, arguments) -> dict:
-        """The Trainer's own to_static key converts the model its way, not vramtune's: refused when on."""
-        refuse_when_on(arguments, "to_static", "the Trainer's own to_static conversion is not what vramtune "
-                                               "measures (it measures eager, and its own to_static for non-PaddleNLP "
-                                               "models): set it to false to tune")
-        return {}
-
-    def from_formers(self, config) -> dict:
-        """The Trainer converts with its own to_static key (refused when on: not measured), so vramtune's is not
-        searched either."""
-        refuse_when_on(config, "to_static", "the Trainer's to_static conversion is not measured (vramtune measures "
-                                            "eager): set it to false to tune")
-        return {"search.to_static": "off"}
-
-    def from_kit(self, config) -> dict:
-        """Searched where the kit's config compiles the model (the kit's key on), else off."""
-        section, _, key = KIT_KEY.partition(".")
-        node = config.get(section)
-        return {} if isinstance(node, dict) and node.get(key) else {"to_static": "off"}
-
-    def to_kit(self, tuned) -> dict:
-        return {KIT_KEY: True} if tuned.strategy.to_static else {}
 
     def weight(self, strategy) -> int:
         return int(strategy.to_static)
@@ -49,10 +24,7 @@ class StaticGraph(Mechanism):
     def memory_group(self, strategy) -> str:
         return "static" if strategy.to_static else ""
 
-    def to_arguments(self, tuned):
-        return ({"to_static": True}, []) if tuned.strategy.to_static else ({}, [])
-
-    def refine(self, best, search) -> None:
+    def refine(self, best, search: SearchView) -> None:
         """to_static at the best configuration: a static graph may reuse memory more (and often runs faster).
         Where the best needed recompute, its measured memory saving may let the same micro-batch run without it."""
         if not search.settings(self.name) or best.strategy.to_static:

@@ -4,10 +4,11 @@ without memory) turned into one rank's state by part for any strategy, by the es
 search first asks (before its first probe); a model that cannot be counted gives None and the search does without."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from vramtune.core.strategy import Strategy
-from vramtune.memory.state import OPTIMIZER_BYTES, Counts, Given, state
+from vramtune.memory.state import OPTIMIZER_BYTES, Counting, Counts, Given, state
 
 State = Callable[[Strategy], "dict[str, float] | None"]
 PROBE_PART = {"weights": "weight", "gradients": "gradient", "optimizer_state": "optimizer"}  # as a probe reports
@@ -19,7 +20,7 @@ def given_for(optimizer: str, settings: dict[str, Any]) -> Given:
     return Given(optimizer, any(getattr(value, "master_grad", False) for value in settings.values()))
 
 
-def counted_state(count: Callable[[], dict[str, Any] | None], given: Given) -> State:
+def counted_state(mechanisms: Sequence[Counting], count: Callable[[], dict[str, Any] | None], given: Given) -> State:
     """strategy -> one rank's counted state by part (weight, gradient, optimizer and the mechanisms' own parts);
     `count` (the lazy count's dict, or None) is called once, at the first question."""
     counts: list[Counts | None] = []
@@ -30,6 +31,7 @@ def counted_state(count: Callable[[], dict[str, Any] | None], given: Given) -> S
             counts.append(Counts(**counted) if counted and given.optimizer in OPTIMIZER_BYTES else None)
         if counts[0] is None:
             return None
-        return {PROBE_PART.get(part, part): float(size) for part, size in state(counts[0], strategy, given).items()}
+        parts = state(mechanisms, counts[0], strategy, given)
+        return {PROBE_PART.get(part, part): float(size) for part, size in parts.items()}
 
     return state_of

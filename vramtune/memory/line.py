@@ -7,18 +7,17 @@ where every term is 0, then each term from its probes' residuals.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from vramtune.core.strategy import Strategy
 from vramtune.mechanisms.base import Mechanism
 from vramtune.memory.fitting import least_squares
-from vramtune.plugins import MECHANISMS
 
 Point = tuple[Strategy, int]  # (strategy, used bytes)
 
 
-def memory_group(strategy: Strategy) -> str:
-    return "/".join(m.memory_group(strategy) for m in MECHANISMS)
+def memory_group(mechanisms: Sequence[Mechanism], strategy: Strategy) -> str:
+    return "/".join(m.memory_group(strategy) for m in mechanisms)
 
 
 def _affine(points: list[tuple[int, int]], fixed: float | None) -> tuple[float, float | None]:
@@ -34,10 +33,10 @@ def _affine(points: list[tuple[int, int]], fixed: float | None) -> tuple[float, 
     return fitted[0], max(fitted[1], 0.0)
 
 
-def _grouped() -> set[str]:
+def _grouped(mechanisms: Sequence[Mechanism]) -> set[str]:
     """Fields whose values take the same bytes within their memory group (fp16 and bf16): probes of either lie on
     one line."""
-    return {f.name for m in MECHANISMS if m.shares_memory_group for f in m.fields}
+    return {f.name for m in mechanisms if m.shares_memory_group for f in m.fields}
 
 
 def _others(strategy: Strategy, varying: set[str]) -> tuple:
@@ -48,15 +47,17 @@ def _others(strategy: Strategy, varying: set[str]) -> tuple:
 class MemoryModel:
     """Fitted to the measured probes of one memory group."""
 
-    def __init__(self, points: Iterable[Point], fixed_bytes: float | None = None,
+    def __init__(self, mechanisms: Sequence[Mechanism], points: Iterable[Point], fixed_bytes: float | None = None,
                  counts: dict[str, float] | None = None):
-        """fixed_bytes: the weights, gradients and optimizer state counted by the probes, the line's intercept
-        while only one micro-batch size is measured. counts (weight, gradient, optimizer bytes) give the savings
-        that follow from sizes (sharding): points are fitted as if unsaved, predictions take the saving off."""
+        """mechanisms: every mechanism, in registry order (those with a memory term are fitted). fixed_bytes: the
+        weights, gradients and optimizer state counted by the probes, the line's intercept while only one micro-batch
+        size is measured. counts (weight, gradient, optimizer bytes) give the savings that follow from sizes
+        (sharding): points are fitted as if unsaved, predictions take the saving off."""
+        self.mechanisms = tuple(mechanisms)
         self.counts = counts or {}
         self.fixed = fixed_bytes
         points = [(s, used + self.known_saving(s)) for s, used in points]
-        terms = [m for m in MECHANISMS if type(m).memory_term is not Mechanism.memory_term]
+        terms = [m for m in self.mechanisms if type(m).memory_term is not Mechanism.memory_term]
         self.terms = terms
         self.coefficients: dict[str, float | None] = {m.name: None for m in terms}
 
@@ -96,7 +97,7 @@ class MemoryModel:
         return total
 
     def known_saving(self, strategy: Strategy) -> float:
-        return sum(mechanism.known_saving(strategy, self.counts) for mechanism in MECHANISMS)
+        return sum(mechanism.known_saving(strategy, self.counts) for mechanism in self.mechanisms)
 
     def predict(self, strategy: Strategy) -> float | None:
         """Predicted used bytes, or None when neither the global fit nor a local line can say."""
@@ -126,7 +127,7 @@ class MemoryModel:
         """At a fixed micro-batch, memory is a line in each other mechanism's term (e.g. recomputed blocks at
         m = 8): two measured points on that line predict it better than the global fit."""
         for mechanism in self.terms:
-            varying = {f.name for f in mechanism.fields} | _grouped()
+            varying = {f.name for f in mechanism.fields} | _grouped(self.mechanisms)
             if "micro_batch" in varying:
                 continue
 

@@ -2,9 +2,9 @@
 
 Where vramtune knows the model by its config.json (a PaddleFormers spec points at a model folder), the estimate's
 analytic per-layer model (estimating/analytic.py) predicts the activations one sample holds; with the state counted
-before the first probe (search/counted.py) that puts a whole line, not only its intercept, before any figure. The
-ladder uses it only to place probes (search/ladder.py `activation_prior`): the first probe of a setting goes to the
-largest micro-batch predicted to fit with PRIOR_MARGIN to spare, a probe is not run where even activations
+before the first probe (memory/counted.py) that puts a whole line, not only its intercept, before any figure. The
+ladder uses it only to place probes (search/prediction.py `activation_prior`): the first probe of a setting goes to
+the largest micro-batch predicted to fit with PRIOR_MARGIN to spare, a probe is not run where even activations
 PRIOR_ERROR times smaller than predicted put it past the card, and once a probe placed by it fails without figures it
 is not used again (the search bisects, as without it). Every choice is still measured. For other sources: None.
 """

@@ -10,13 +10,13 @@ allocator's reserve beyond that.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from vramtune.core.strategy import Strategy
 from vramtune.memory import held
 from vramtune.memory.fitting import least_squares, linear_fit
-from vramtune.plugins import MECHANISMS
 
 OPTIMIZER_BYTES = {"adamw": 8, "adam": 8, "momentum": 4, "sgd": 0}  # fp32 state per trainable parameter
 
@@ -45,10 +45,10 @@ class Factors:
     fragmentation: float = 0.08  # a GPU allocator's reserve beyond the allocated peak
     source: str = "stated"
 
-    def activations(self, strategy: Strategy) -> float:
+    def activations(self, mechanisms: Sequence[Counting], strategy: Strategy) -> float:
         """The strategy's activation bytes over fp32's (each mechanism's factor)."""
         factor = 1.0
-        for mechanism in MECHANISMS:
+        for mechanism in mechanisms:
             factor *= mechanism.activation_factor(strategy, self)
         return factor
 
@@ -61,6 +61,18 @@ class Given:
     optimizer: str = "adamw"
     master_grad: bool = False
     buffer_ratio: float = 0.0
+
+
+class Counting(Protocol):
+    """What the estimate's arithmetic asks of a mechanism (mechanisms/base.py declares each; memory/ is below the
+    mechanisms, so they are given)."""
+
+    def counted_state(self, state: dict[str, int], strategy: Strategy, counts: Counts, given: Given
+                      ) -> dict[str, int]: ...
+
+    def activation_factor(self, strategy: Strategy, factors: Factors) -> float: ...
+
+    def rerun_layers(self, strategy: Strategy) -> int: ...
 
 
 @dataclass
@@ -149,42 +161,32 @@ class Row:
         return {**self.strategy.to_json(), **self.state, "activations": self.activations, "allocator": self.allocator,
                 "fits": self.fits, "peak_bytes": self.peak, "reserved_bytes": self.reserved}
 
-    def preference(self) -> tuple:
-        """The predicted best first, by every mechanism's criteria in their ranks (AMP O2, O1, fp32; the fewest
-        layers recomputed; the largest micro-batch; the lowest stage)."""
-        criteria = [criterion for mechanism in MECHANISMS for criterion in mechanism.preference(self.strategy)]
-        return tuple(key for _, key in sorted(criteria, key=lambda criterion: criterion[0]))
 
-
-def recompute_levels(layers: int) -> list[int]:
-    """None, a quarter, half, three quarters and every layer recomputed."""
-    return sorted({0, layers // 4, layers // 2, 3 * layers // 4, layers})
-
-
-def state(counts: Counts, strategy: Strategy, given: Given) -> dict[str, int]:
+def state(mechanisms: Sequence[Counting], counts: Counts, strategy: Strategy, given: Given) -> dict[str, int]:
     """One rank's counted state by part: fp32's (4 B per parameter, gradients and the optimizer's fp32 state of the
     trainable ones) as every mechanism changes it, in registry order."""
     parts = {"weights": 4 * counts.params, "gradients": 4 * counts.trainable,
              "optimizer_state": OPTIMIZER_BYTES[given.optimizer] * counts.trainable}
-    for mechanism in MECHANISMS:
+    for mechanism in mechanisms:
         parts = mechanism.counted_state(parts, strategy, counts, given)
     return parts
 
 
-def own_parts(counts: Counts, strategy: Strategy) -> int:
+def own_parts(mechanisms: Sequence[Counting], counts: Counts, strategy: Strategy) -> int:
     """What the mechanisms add to the state beyond the weights, gradients and optimizer state (AMP O1's half weight
     copies, data parallel's buffers), which a probe's measured state does not count."""
-    parts = state(counts, strategy, Given())
+    parts = state(mechanisms, counts, strategy, Given())
     return sum(bytes_ for part, bytes_ in parts.items() if part not in ("weights", "gradients", "optimizer_state"))
 
 
-def row(counts: Counts, fit: ActivationFit, factors: Factors, strategy: Strategy, given: Given, gpu: bool) -> Row:
+def row(mechanisms: Sequence[Counting], counts: Counts, fit: ActivationFit, factors: Factors, strategy: Strategy,
+        given: Given, gpu: bool) -> Row:
     """The counted state, the activations fitted (without what a kit's loop holds beside the state, which the fp32
     probes measured with them) scaled by the strategy's factor, that held state counted at its precision."""
-    parts = state(counts, strategy, given)
-    rerun = sum(mechanism.rerun_layers(strategy) for mechanism in MECHANISMS)
+    parts = state(mechanisms, counts, strategy, given)
+    rerun = sum(mechanism.rerun_layers(strategy) for mechanism in mechanisms)
     activations = fit.activations(counts.layers, strategy.micro_batch, rerun) - held.probed(counts)
-    activations *= factors.activations(strategy)
+    activations *= factors.activations(mechanisms, strategy)
     if held.probed(counts):
         parts["ema"] = held.held(counts, parts["weights"])
     allocated = sum(parts.values()) + activations

@@ -7,16 +7,10 @@ from rich.table import Table
 from vramtune.core.units import format_bytes
 from vramtune.dialects.roundtrip import value_text
 from vramtune.estimating.answer import FINE_TUNINGS, Answer, file_keys
-from vramtune.render.console import (
-    add_peak_rows,
-    add_strategy_columns,
-    best_words,
-    console,
-    estimate_facts,
-    fills,
-    preferences,
-    say,
-)
+from vramtune.estimating.rows import counted_facts
+from vramtune.render.estimate import add_peak_rows, add_strategy_columns, fills, preferences
+from vramtune.render.output import console, say
+from vramtune.render.words import best_words
 
 
 def headline(answer: Answer) -> str:
@@ -34,7 +28,7 @@ def _best_line(answer: Answer, fine_tuning: str) -> str:
     asked = " (asked)" if answer.question.fine_tuning == fine_tuning else ""
     if best is None:
         return f"{fine_tuning}{asked}: nothing is predicted to fit {format_bytes(answer.budget.limit)}"
-    facts = estimate_facts(answer.counts[fine_tuning])
+    facts = counted_facts(answer.counts[fine_tuning])
     return (f"{fine_tuning}{asked}: {best_words(best.strategy, facts)}; peak {format_bytes(best.reserved)} of "
             f"{format_bytes(answer.budget.limit)}")
 
@@ -42,7 +36,7 @@ def _best_line(answer: Answer, fine_tuning: str) -> str:
 def render_answer(answer: Answer) -> None:
     say(headline(answer))
     table = Table(title=f"predicted per-rank peaks within {format_bytes(answer.budget.limit)}", title_justify="left")
-    facts = estimate_facts(answer.counts["full"])
+    facts = counted_facts(answer.counts["full"])
     table.add_column("fine-tuning", justify="left")
     add_strategy_columns(table, answer.rows["full"][0].strategy, facts)
     for column in ("largest fitting", "its peak", "next up", "its peak"):

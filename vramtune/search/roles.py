@@ -1,6 +1,6 @@
-"""The ladder's data: which mechanism plays which role, in registry order. A mechanism plays a role by defining the
-role's function (mechanisms/base.py); the core (search/ladder.py) runs the roles. One the user fixes (its settings
-only) defines none.
+"""The ladder's data: which mechanism plays which role, in the order of the mechanisms given. A mechanism plays a role
+by defining the role's function (mechanisms/base.py); the ladder (search/ladder.py) runs the roles. One the user
+fixes (its settings only) defines none.
 
 - whole_batch: tried at the whole batch (one micro-batch per rank), before any accumulation.
 - outer (`alternatives`): alternatives each searched in depth (accumulation, then the axes), nested in this order
@@ -11,16 +11,38 @@ only) defines none.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vramtune.core.strategy import Strategy
 from vramtune.mechanisms.base import Mechanism
-from vramtune.plugins import MECHANISMS
 
 
-def playing(role: str) -> list[str]:
-    """The registered mechanisms that define the role's function, in registry order."""
-    return [m.name for m in MECHANISMS if getattr(type(m), role) is not getattr(Mechanism, role)]
+def playing(mechanisms: Sequence[Mechanism], role: str) -> tuple[Mechanism, ...]:
+    """The mechanisms that define the role's function, in their order."""
+    return tuple(m for m in mechanisms if getattr(type(m), role) is not getattr(Mechanism, role))
 
 
-WHOLE_BATCH = playing("whole_batch")
-OUTER = playing("alternatives")
-AXES = playing("levels")
-REFINE = playing("refine")
+@dataclass(frozen=True)
+class Roles:
+    """Every mechanism (`all`, in registry order) and those playing each role."""
+
+    all: tuple[Mechanism, ...]
+    whole_batch: tuple[Mechanism, ...]
+    outer: tuple[Mechanism, ...]
+    axes: tuple[Mechanism, ...]
+    refine: tuple[Mechanism, ...]
+
+    @classmethod
+    def of(cls, mechanisms: Sequence[Mechanism]) -> Roles:
+        return cls(tuple(mechanisms), playing(mechanisms, "whole_batch"), playing(mechanisms, "alternatives"),
+                   playing(mechanisms, "levels"), playing(mechanisms, "refine"))
+
+    def without_axes(self, strategy: Strategy) -> Strategy:
+        """The strategy with every axis off."""
+        return strategy.with_(**{f.name: f.default for m in self.axes for f in m.fields})
+
+    def outer_label(self, strategy: Strategy) -> str:
+        """The strategy's label by its outer alternatives alone (e.g. its precision)."""
+        outer = {m.name for m in self.outer}
+        return strategy.label(without=tuple(m.name for m in self.all if m.name not in outer))

@@ -4,15 +4,16 @@ axis (recompute) then costs a measured fraction of throughput per unit of it (pe
 decides what is not worth probing; choices are always measured."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from vramtune.core.records import ProbeResult
 from vramtune.core.strategy import Strategy
 from vramtune.mechanisms.base import Mechanism
 from vramtune.memory.fitting import least_squares
-from vramtune.plugins import MECHANISMS
 
 
-def speed_group(strategy: Strategy) -> str:
-    return "/".join(m.speed_group(strategy) for m in MECHANISMS)
+def speed_group(mechanisms: Sequence[Mechanism], strategy: Strategy) -> str:
+    return "/".join(m.speed_group(strategy) for m in mechanisms)
 
 
 def _plain(fit: tuple[float, float] | None, micro_batch: int) -> float | None:
@@ -23,11 +24,12 @@ def _plain(fit: tuple[float, float] | None, micro_batch: int) -> float | None:
 
 
 class SpeedModel:
-    def __init__(self, results: dict[Strategy, ProbeResult], strategy: Strategy, axes: list[Mechanism],
-                 modelled_base: bool = False):
-        """For the strategy's speed group. modelled_base: an axis probe whose twin with the axis off was not
-        measured is compared with its group's modelled speed (only where speed rises smoothly with the
-        micro-batch, i.e. on GPUs). The cost of an axis, as a fraction of throughput, is shared by all groups."""
+    def __init__(self, mechanisms: Sequence[Mechanism], results: dict[Strategy, ProbeResult], strategy: Strategy,
+                 axes: Sequence[Mechanism], modelled_base: bool = False):
+        """For the strategy's speed group (every mechanism's, `mechanisms`). modelled_base: an axis probe whose twin
+        with the axis off was not measured is compared with its group's modelled speed (only where speed rises
+        smoothly with the micro-batch, i.e. on GPUs). The cost of an axis, as a fraction of throughput, is shared by
+        all groups."""
         self.axes = axes
 
         def plain(s: Strategy) -> bool:
@@ -36,10 +38,10 @@ class SpeedModel:
         def fit(group: str) -> tuple[float, float] | None:
             """(t, o) with 1/speed = t + o * (1/m), from the group's probes with every axis off."""
             return least_squares([(1 / s.micro_batch, 1 / r.samples_per_sec) for s, r in results.items()
-                                  if speed_group(s) == group and plain(s) and r.samples_per_sec])
+                                  if speed_group(mechanisms, s) == group and plain(s) and r.samples_per_sec])
 
-        self.fit = fit(speed_group(strategy))
-        fits = {group: fit(group) for group in {speed_group(s) for s in results}} if modelled_base else {}
+        self.fit = fit(speed_group(mechanisms, strategy))
+        fits = {group: fit(group) for group in {speed_group(mechanisms, s) for s in results}} if modelled_base else {}
         self.costs: dict[str, float | None] = {}
         for axis in axes:
             costs = []
@@ -50,7 +52,7 @@ class SpeedModel:
                 twin = results.get(s.with_(**{f.name: f.default for f in axis.fields}))
                 base = twin.samples_per_sec if twin is not None else None
                 if not base and modelled_base:
-                    base = _plain(fits[speed_group(s)], s.micro_batch)
+                    base = _plain(fits[speed_group(mechanisms, s)], s.micro_batch)
                 if base:
                     costs.append((1 - result.samples_per_sec / base) / amount)
             self.costs[axis.name] = sum(costs) / len(costs) if costs else None  # throughput lost per unit

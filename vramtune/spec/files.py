@@ -1,4 +1,4 @@
-"""Spec files: YAML reading with located syntax errors, command-line overrides, and the tuned: section."""
+"""Spec files: any dialect's file recognised and read as a spec, command-line overrides, and the tuned: section."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,33 +6,16 @@ from typing import Any
 
 import yaml
 
-from vramtune.core.reading import Problem, SpecError, read_spec_text
+from vramtune.core.reading import Problem, SpecError
 from vramtune.core.report import Tuned
-from vramtune.dialects.kits import kit_of, kit_spec, tags
-from vramtune.dialects.paddleformers.reading import formers_spec
-from vramtune.dialects.paddlenlp.reading import read_arguments, spec_from_arguments
-from vramtune.plugins import MECHANISMS
+from vramtune.dialects.base import Dialect
+from vramtune.dialects.spec.tuned import outdated
+from vramtune.plugins import DIALECTS
 from vramtune.spec.schema import Spec, spec_from_dict
 
 OPTIONS_ELSEWHERE = ("KEY=VALUE overrides / -O apply to PaddleFormers and kit configs only; for a vramtune spec or "
                      "a PaddleNLP arguments file use the flags (--target-batch, --budget, --device, --devices, ...) "
                      "or edit the file")
-
-
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; a missing file or a syntax error becomes a SpecError with the line."""
-    file = str(path)
-    text = read_spec_text(Path(path))
-    try:
-        raw = tags.safe_load(text)  # a kit's `!Class` tags (PaddleDetection) read as mappings
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise SpecError([Problem(file, "", f"{where}YAML syntax error: {problem}")]) from None
-    if raw is None:
-        raise SpecError([Problem(file, "", "is empty")])
-    return raw
 
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -52,34 +35,29 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, read_data: bool = True) -> Spec:
-    """Read and validate one spec file (YAML, a PaddleNLP arguments JSON, a PaddleFormers or a kit's config), with
-    command-line overrides applied first. The batch those three files carry is per rank: with N devices (--devices
-    or the file's own degree) the target batch is N times it. `read_data` False: no pass over training data (a
-    PaddleFormers config's runs Paddle), for `validate`."""
-    arguments, warnings, kit = None, [], None
+    """Read and validate one spec file (any dialect's: vramtune's own YAML, a PaddleNLP arguments JSON, a
+    PaddleFormers or a kit's config), with command-line overrides applied first. The batch a tool's file carries is
+    per rank: with N devices (--devices or the file's own degree) the target batch is N times it. `read_data` False:
+    no pass over training data (a PaddleFormers config's runs Paddle), for `validate`."""
     overrides = overrides or {}
-    formers = formers_spec(Path(path), overrides.get("kit.options"), read_data)
-    if formers is not None:  # a PaddleFormers 1.x config (YAML or JSON), recognised by its keys
-        raw, warnings = formers
+    dialect = dialect_of(Path(path))
+    reading = dialect.read(Path(path), overrides.get("kit.options") or [], read_data)
+    raw = reading.raw
+    if dialect.per_rank_batch:
         overrides = _per_rank_batch(raw, overrides)
-    elif Path(path).suffix == ".json":
-        arguments = read_arguments(Path(path))
-        raw, warnings = spec_from_arguments(arguments, str(path))
-        overrides = _per_rank_batch(raw, overrides)
-    else:
-        raw = read_yaml(path)
-        kit = kit_of(raw)
-        if kit is not None:  # a kit's training config, its -o options given as `kit.options`
-            raw, warnings = kit_spec(kit, raw, Path(path), overrides.get("kit.options") or [])
-            overrides = _per_rank_batch(raw, overrides)
-    if formers is None and kit is None and overrides.get("kit.options"):
+    if not dialect.takes_options and overrides.get("kit.options"):
         raise SpecError([Problem(str(path), "", OPTIONS_ELSEWHERE)])
     overrides = {key: value for key, value in overrides.items() if key != "kit.options"}
     if overrides and isinstance(raw, dict):
         raw = apply_overrides(raw, overrides)
     spec = spec_from_dict(raw, str(path))
-    spec.arguments, spec.warnings = arguments, warnings
+    spec.arguments, spec.warnings, spec.dialect = reading.arguments, reading.warnings, dialect.name
     return spec
+
+
+def dialect_of(path: Path) -> Dialect:
+    """The dialect whose file this is (vramtune's own spec when no tool's dialect recognises it)."""
+    return next(dialect for dialect in DIALECTS if dialect.recognises(path))
 
 
 def _per_rank_batch(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -99,9 +77,9 @@ def require_tuned(spec: Spec) -> Tuned:
     """The `tuned:` section written by `vramtune apply`, or a SpecError saying how to get one."""
     if not spec.tuned:
         raise SpecError([Problem(spec.path, "tuned", MISSING_TUNED)])
-    outdated = [why for mechanism in MECHANISMS if (why := mechanism.outdated(spec.tuned))]
-    if outdated:
-        raise SpecError([Problem(spec.path, "tuned", why) for why in outdated])
+    refused = outdated(spec.tuned)
+    if refused:
+        raise SpecError([Problem(spec.path, "tuned", why) for why in refused])
     try:
         return Tuned.from_json(spec.tuned)
     except (KeyError, TypeError, ValueError) as error:

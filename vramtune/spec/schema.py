@@ -3,61 +3,16 @@ source reads `model:`/`data:`, each mechanism reads its own keys (mostly under `
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vramtune.core.reading import Problem, Section, Sections, SpecError, describe, positive
+from vramtune.core.spec import ProbeSettings, Spec, TrainSettings
 from vramtune.core.units import SizeError, parse_size
 from vramtune.plugins import MECHANISMS, SOURCES, fixed_fields
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|gpu|gpu:\d+)$")
-
-
-@dataclass
-class TrainSettings:
-    target_batch: int
-    optimizer: str = "adamw"
-    learning_rate: float = 5.0e-5
-    max_grad_norm: float | None = None  # gradient clipping by global norm (PaddleNLP's Trainer: 1.0)
-
-
-@dataclass
-class ProbeSettings:
-    steps: int = 3
-    warmup: int = 1
-    timeout: float = 300.0
-
-
-@dataclass
-class Spec:
-    name: str
-    source: str
-    model: Any  # the source's settings (its model: and data: keys)
-    train: TrainSettings
-    device: str = "auto"
-    budget: int | None = None  # None = auto (the device's total memory)
-    headroom: float = 0.05
-    settings: dict[str, Any] = field(default_factory=dict)  # mechanism name -> its settings
-    probe: ProbeSettings = field(default_factory=ProbeSettings)
-    tuned: dict[str, Any] | None = None  # written by `vramtune apply`
-    arguments: dict[str, Any] | None = None  # the PaddleNLP arguments file this spec was read from, if any
-    warnings: list[str] = field(default_factory=list)  # what the user should know about the file (unknown keys)
-    path: str = "<spec>"
-    raw: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def base_dir(self) -> str:
-        return str(Path(self.path).resolve().parent)
-
-    @property
-    def devices(self) -> int:
-        return fixed_fields(self.settings).get("devices", 1)
-
-    def micro_batches(self) -> list[int]:
-        """The micro-batch candidates that reach the target batch (over every rank), largest first."""
-        return self.settings["accumulation"].candidates(self.train.target_batch // self.devices)
 
 
 def _read_budget(root: Section) -> int | None:

@@ -141,10 +141,10 @@ def search_problem(session: Session) -> SearchProblem:
     activations per sample predicted from the model's config.json where its source names one."""
     spec = session.spec
     return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
-                         budget=session.budget, device=session.device, settings=spec.settings,
+                         budget=session.budget, device=session.device, mechanisms=MECHANISMS, settings=spec.settings,
                          speed_rises_with_batch=session.device.kind == "gpu",
-                         state=counted_state(lambda: count_model(session), given_for(spec.train.optimizer,
-                                                                                     spec.settings)),
+                         state=counted_state(MECHANISMS, lambda: count_model(session),
+                                             given_for(spec.train.optimizer, spec.settings)),
                          activations=activation_prior(spec.model, session.device.kind))
 
 

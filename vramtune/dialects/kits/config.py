@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from vramtune.mechanisms.static_graph import KIT_KEY as STATIC_KEY  # noqa: F401  PaddleOCR checks what it compiles
+from vramtune.dialects.kits.codec import search_off
 from vramtune.sources.base import Source
 
 
@@ -76,57 +76,14 @@ class Kit:
         """The raw vramtune spec for a config (overrides applied) and warnings for the user."""
         raise NotImplementedError
 
+    def stated(self, raw: dict[str, Any], path: Path, options: list[str]) -> dict[str, Any]:
+        """The strategy fields the config states per card, read as the kit reads it (the overrides applied, its base
+        files merged): its batch, and its accumulation, AMP and compiling where the kit has keys for them."""
+        raise NotImplementedError
+
     def changes(self, raw: dict[str, Any], tuned: Any) -> tuple[dict[str, Any], list[str]]:
         """The config's dotted keys a tuned strategy sets (`apply`), and what the user must know."""
         raise NotImplementedError
-
-
-def search_off(config: dict[str, Any]) -> dict[str, str]:
-    """The spec's search keys for what neither kit's config can say (each mechanism's `from_kit`: recompute,
-    sharding, and compiling unless the config asks for it)."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    return {key: value for mechanism in MECHANISMS for key, value in mechanism.from_kit(config).items()}
-
-
-def eval_phase(batch: int) -> dict[str, Any]:
-    """The spec's train keys for the kit's evaluation at its batch (`kit_phase`: loss only)."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    return {key: value for mechanism in MECHANISMS for key, value in mechanism.kit_phase(batch).items()}
-
-
-def kit_terms(strategy: Any, facts: dict[str, Any]) -> dict[str, Any]:
-    """A strategy's values in the terms the kits' keys take (each mechanism's `kit_terms`, its facts by name)."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    return {key: value for mechanism in MECHANISMS
-            for key, value in mechanism.kit_terms(strategy, facts).items()}
-
-
-def evaluated_batch(tuned: Any) -> int | None:
-    """The evaluation batch the probes found to fit, where the config evaluates."""
-    return kit_terms(tuned.strategy, tuned.facts).get("eval_batch")
-
-
-def amp_choices(dtypes: tuple[str, ...]) -> list[str]:
-    """The AMP modes a kit's config can say: every level, in the dtypes (Paddle's names) it has a key for."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    return [value for mechanism in MECHANISMS for value in mechanism.kit_choices(dtypes)]
-
-
-def paddle_amp(strategy: Any) -> tuple[str, str]:
-    """Paddle's AMP level (O0: none, O1, O2) and dtype (float16, bfloat16) of a strategy, as the kits' keys say them."""
-    terms = kit_terms(strategy, {})
-    return terms["amp_level"], terms["amp_dtype"]
-
-
-def compiled(tuned: Any) -> dict[str, Any]:
-    """The kits' shared keys a choice sets (each mechanism's `to_kit`: Global.to_static when it compiles the model)."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    return {key: value for mechanism in MECHANISMS for key, value in mechanism.to_kit(tuned).items()}
 
 
 def literal(text: str) -> Any:

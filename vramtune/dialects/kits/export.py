@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from vramtune.core.report import Report, Tuned
-from vramtune.dialects.kits import tags
+from vramtune.dialects import yaml_file as tags
 from vramtune.dialects.recorded import with_budget_line
 from vramtune.dialects.roundtrip import set_keys
 

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from vramtune.dialects.kits.config import (
-    Kit,
-    KitEMA,
-    KitError,
-    KitSource,
+from vramtune.dialects.kits.codec import (
+    STATIC_KEY,
     amp_choices,
-    apply_options,
     compiled,
     eval_phase,
     evaluated_batch,
-    get_key,
     paddle_amp,
     search_off,
+    stated_precision,
 )
+from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, apply_options, get_key
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import kit_spec, positive_batch
@@ -70,6 +67,12 @@ def amp_on(config: dict[str, Any]) -> bool:
     return bool(section) and bool(section.get("use_amp", True))
 
 
+def amp_level(config: dict[str, Any]) -> str:
+    """Paddle's AMP level the kit trains at: O0 (off), or AMP.level, O1 unless O2 (ppcls/engine/engine.py sets O1
+    for any other)."""
+    return "O0" if not amp_on(config) else "O2" if config["AMP"].get("level", "O1") == "O2" else "O1"
+
+
 class PaddleClas(Kit):
     def spec(self, raw, path, options):
         config = apply_options(raw, options)
@@ -96,6 +99,14 @@ class PaddleClas(Kit):
         # the kit's AMP has no dtype key: Paddle's default, float16
         search = {**search_off(config), "precisions": amp_choices(("float16",))}
         return kit_spec(self, path, self.checkout(path), options, self._probe_options(config), train, search), warnings
+
+    def stated(self, raw, path, options):
+        """The batch per card, update_freq, AMP (float16: the kit has no dtype key) and Global.to_static."""
+        config = apply_options(raw, options)
+        return {"micro_batch": positive_batch(config, TRAIN_BATCH, path),
+                "accumulation": get_key(config, UPDATE_FREQ, 1) or 1,
+                "precision": stated_precision(amp_level(config), "float16"),
+                "to_static": bool(get_key(config, STATIC_KEY))}
 
     @staticmethod
     def _probe_options(config: dict[str, Any]) -> list[str]:

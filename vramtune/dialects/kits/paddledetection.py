@@ -26,12 +26,12 @@ from typing import Any, ClassVar
 
 import yaml
 
-from vramtune.dialects.kits import tags
+from vramtune.dialects import yaml_file as tags
+from vramtune.dialects.kits.codec import DETECTION_STATIC_KEY
 from vramtune.dialects.kits.config import Kit, KitEMA, KitError, KitSource, eager_parameters, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
-from vramtune.mechanisms.static_graph import MECHANISM as STATIC_GRAPH
 
 BATCH = "TrainReader.batch_size"
 LOADER = "ppdet/core/workspace.py"
@@ -154,8 +154,8 @@ class PaddleDetection(Kit):
         if family_of(config) is None:
             raise KitError(f"{path}: architecture {config['architecture']}: the probe makes the training inputs of "
                            f"{FAMILIES} only in this version")
-        if config.get(STATIC_GRAPH.name):  # the trainer compiles the model (ppdet's key is the mechanism's name)
-            raise KitError(f"{path}: {STATIC_GRAPH.name}: True: probes train eager (-O {STATIC_GRAPH.name}=False "
+        if config.get(DETECTION_STATIC_KEY):  # the trainer compiles the model
+            raise KitError(f"{path}: {DETECTION_STATIC_KEY}: True: probes train eager (-O {DETECTION_STATIC_KEY}=False "
                            "measures that)")
         height, width = train_size(config)
         optimizer = optimizer_of(config)
@@ -173,6 +173,10 @@ class PaddleDetection(Kit):
         # BatchNorm everywhere and no accumulation: batch 1 normalises one image per channel
         return batch_only_spec(self, path, checkout, options, [f"{key}=null" for key in dropped], batch,
                                optimizer), warnings
+
+    def stated(self, raw, path, options):
+        """The batch alone: AMP is a flag of tools/train.py, and the trainer neither accumulates nor compiles."""
+        return {"micro_batch": positive_batch(read_config(self.checkout(path), path, options), BATCH, path)}
 
     def changes(self, raw, tuned):
         batch = tuned.strategy.micro_batch

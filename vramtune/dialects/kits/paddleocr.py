@@ -20,21 +20,17 @@ from typing import Any, ClassVar
 
 import yaml
 
-from vramtune.dialects.kits.config import (
+from vramtune.dialects.kits.codec import (
     STATIC_KEY,
-    Kit,
-    KitError,
-    KitSource,
     amp_choices,
-    apply_options,
     compiled,
-    eager_parameters,
     eval_phase,
     evaluated_batch,
-    get_key,
     paddle_amp,
     search_off,
+    stated_precision,
 )
+from vramtune.dialects.kits.config import Kit, KitError, KitSource, apply_options, eager_parameters, get_key
 from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.dialects.kits.ocr_ema import Swaps, ema, evaluates, held_state, kept_copies
 from vramtune.dialects.kits.source import kit_code, terms_note
@@ -140,6 +136,15 @@ class PaddleOCR(Kit):
         search = {**search_off(config), "precisions": amp_choices(("float16", "bfloat16")), "min_micro_batch": 1}
         probe = {"steps": max(3, len(scales(config, batch)))}  # every scale in the measured steps
         return kit_spec(self, path, self.checkout(path), options, [], train, search, probe=probe), warnings
+
+    def stated(self, raw, path, options):
+        """The batch (first_bs, else batch_size_per_card), AMP (tools/train.py's defaults: O2, float16) and
+        Global.to_static; PaddleOCR does not accumulate."""
+        config = apply_options(raw, options, self.value)
+        level = get_key(config, "Global.amp_level", "O2") if get_key(config, "Global.use_amp") else "O0"
+        return {"micro_batch": positive_batch(config, batch_key(config), path),
+                "precision": stated_precision(level, get_key(config, "Global.amp_dtype", "float16")),
+                "to_static": bool(get_key(config, STATIC_KEY))}
 
     def changes(self, raw, tuned):
         strategy, eval_batch = tuned.strategy, evaluated_batch(tuned)

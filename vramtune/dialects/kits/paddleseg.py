@@ -180,6 +180,10 @@ class PaddleSeg(Kit):
         return batch_only_spec(self, path, checkout, options, [f"{key}=None" for key in dropped], batch,
                                optimizer), warnings
 
+    def stated(self, raw, path, options):
+        """The batch alone: AMP is a flag of tools/train.py, and the kit neither accumulates nor compiles."""
+        return {"micro_batch": positive_batch(read_config(self.checkout(path), path, options), BATCH, path)}
+
     def changes(self, raw, tuned):
         return {BATCH: tuned.strategy.micro_batch}, [*smaller_batch(LR_ADVICE, tuned), *base_advice(raw, "_base_")]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vramtune.dialects.kits.codec import batch_only
 from vramtune.dialects.kits.config import Kit, KitError, get_key
 
 MIN_BATCH = 2  # BatchNorm without accumulation: batch 1 normalises one image per channel (16 would leave nothing)
@@ -34,8 +35,6 @@ def batch_only_spec(kit: Kit, path: Path, checkout: Path, options: list[str], pr
     """The spec of a kit that neither accumulates nor recomputes and whose AMP is a flag: fp32 batches from
     MIN_BATCH (or the config's batch, if smaller) to the config's, with vramtune's optimizer of the same state
     (AdamW's for one it does not know)."""
-    from vramtune.plugins import batch_only  # here: plugins imports the dialects
-
     return kit_spec(kit, path, checkout, options, probe_options,
                     {"target_batch": batch, "optimizer": optimizer or "adamw", "learning_rate": 0.001},
                     {**batch_only(), "min_micro_batch": min(MIN_BATCH, batch)})

@@ -1,11 +1,11 @@
 """`--format paddleformers` (the default for a PaddleFormers config): the user's own YAML or JSON file back, with only
 the tuned keys' values changed (comments, order and quoting kept by roundtrip.py).
 
-Written: what each mechanism says of its tuned values in this tool's keys (`to_formers`): the batch and its
-accumulation, recompute only as the combination PaddleFormers' models honour (every layer), and on a GPU the
-precision chosen. A YAML file records the budget in a comment (recorded_budget.py) for `vramtune check`. A probe
-on CPU measures CPU equivalents of GPU-only settings (compute_type, attention, fused kernels, sharding); they are
-never written: the file out is still the user's file for their GPU.
+Written: the tuned values in this tool's keys (codec.py's `to_formers`): the batch and its accumulation, recompute
+only as the combination PaddleFormers' models honour (every layer), and on a GPU the precision chosen. A YAML file
+records the budget in a comment (recorded_budget.py) for `vramtune check`. A probe on CPU measures CPU equivalents
+of GPU-only settings (compute_type, attention, fused kernels, sharding); they are never written: the file out is
+still the user's file for their GPU.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.core.report import Report, Tuned
+from vramtune.dialects.paddleformers.codec import to_formers
 from vramtune.dialects.paddleformers.reading import formers_data, read_config
 from vramtune.dialects.recorded import with_budget_line
 from vramtune.dialects.roundtrip import DELETE, set_keys, value_text
@@ -24,11 +25,7 @@ ACCEPTED = None  # the search explores only what the file can say (recompute eve
 
 def tuned_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
     """The keys the choice changes, and their new values (DELETE removes a key)."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    changes: dict[str, Any] = {}
-    for mechanism in MECHANISMS:
-        changes.update(mechanism.to_formers(config, tuned))
+    changes = to_formers(config, tuned)
     return {key: value for key, value in changes.items() if value is DELETE or config.get(key) != value}
 
 

@@ -3,10 +3,10 @@ overrides — read as a spec.
 
 Every key is checked against the keys PaddleFormers' parser accepts (accepted.py): any other key is named, as the
 parser would reject it. The keys that decide the run are read here (the model folder, stage, LoRA, sequence length,
-batch, learning rate, gradient clipping); each mechanism reads its own keys (`from_formers`: the same meanings
-as its PaddleNLP keys under this tool's names, e.g. `compute_type` the half type); a key that changes memory and
-that nothing measures is refused by name (keys.py). Everything else is kept untouched for `vramtune apply`. The
-target batch is per_device_train_batch_size x gradient_accumulation_steps.
+batch, learning rate, gradient clipping); the keys of precision, sharding, to_static and evaluation are read by
+codec.py (`from_formers`: the same meanings as PaddleNLP's keys under this tool's names, e.g. `compute_type` the half
+type); a key that changes memory and that nothing measures is refused by name (keys.py). Everything else is kept
+untouched for `vramtune apply`. The target batch is per_device_train_batch_size x gradient_accumulation_steps.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from vramtune.core.reading import Problem, Section, SpecError, positive, read_sp
 from vramtune.core.text import did_you_mean
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, VERSION
+from vramtune.dialects.paddleformers.codec import from_formers
 from vramtune.dialects.paddleformers.lengths import longest_sample
 from vramtune.probing.store import cache_root
 
@@ -152,8 +153,6 @@ def _sequence(section: Section, config: dict[str, Any], folder: str | None, data
 
 def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) -> tuple[dict[str, Any], list[str]]:
     """The raw spec (as a YAML spec would give it) for a PaddleFormers config, and warnings for the user."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
     problems: list[Problem] = []
     warnings: list[str] = []
     unknown = sorted(key for key in config if key not in ACCEPTED)
@@ -171,14 +170,14 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
     optim = section.get("optim", str, "adamw")
     if optim != "adamw":
         section.fail("optim", f"{optim!r} is not measured by vramtune: tune with optim: adamw")
-    mechanisms = Section([], file, "", config)  # what each mechanism reads of the file (its problems said last)
-    read = [item for mechanism in MECHANISMS for item in mechanism.from_formers(mechanisms).items()]
+    strategy = Section([], file, "", config)  # what the file says of the strategy (its problems said last)
+    read = list(from_formers(strategy).items())
     for key, value in config.items():
-        why = keys.refusal(key, value) if key not in mechanisms.seen else None  # a mechanism's key is its own
+        why = keys.refusal(key, value) if key not in strategy.seen else None  # the codec's keys are checked there
         if why:
             section.fail(key, why)
     datasets = _datasets(section)
-    refused = bool(problems or mechanisms.problems)  # no data pass for a refused file: it would read its bad values
+    refused = bool(problems or strategy.problems)  # no data pass for a refused file: it would read its bad values
     data = _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN, read_data and not refused)
     if data.get("seq_note") == DATA_AT_PROBE_TIME:
         warnings.append(DATA_AT_PROBE_TIME)
@@ -199,7 +198,7 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
-    problems.extend(mechanisms.problems)
+    problems.extend(strategy.problems)
     if problems:
         raise SpecError(problems)
     return raw, warnings

@@ -23,6 +23,7 @@ from typing import Any
 
 from vramtune.core.reading import positive
 from vramtune.dialects.paddleformers import keys
+from vramtune.dialects.paddleformers.codec import FORMERS_KEYS, formers_on_cpu
 from vramtune.sources.base import BuildError, BuiltModel, Source
 
 # imports that need paddlefleet (not on PyPI): the architectures PaddleFormers 1.2 builds through it
@@ -46,11 +47,7 @@ class FormersModel:
 
 def cpu_equivalents(arguments: dict[str, Any]) -> dict[str, Any]:
     """The file's GPU-only settings and their CPU equivalents for a probe on CPU (never written back)."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports this dialect
-
-    changes: dict[str, Any] = {}
-    for mechanism in MECHANISMS:
-        changes.update(mechanism.formers_on_cpu(arguments))
+    changes = formers_on_cpu(arguments)
     if arguments.get("_attn_implementation", "flashmask") != keys.CPU_ATTENTION:
         changes["_attn_implementation"] = keys.CPU_ATTENTION
     return changes
@@ -107,11 +104,8 @@ class Formers(Source):
 
 def probe_arguments(settings: FormersModel, device_kind: str) -> dict[str, Any]:
     """The file's arguments as a probe parses them: the model folder absolute, the keys the search decides left out
-    (each mechanism's `formers_keys`), CPU equivalents on CPU, outputs in a scratch folder."""
-    from vramtune.plugins import MECHANISMS
-
-    searched = {key for mechanism in MECHANISMS for key in mechanism.formers_keys}
-    arguments = {key: value for key, value in settings.arguments.items() if key not in searched}
+    (codec.py's `FORMERS_KEYS`), CPU equivalents on CPU, outputs in a scratch folder."""
+    arguments = {key: value for key, value in settings.arguments.items() if key not in FORMERS_KEYS}
     arguments.update(model_name_or_path=settings.folder, output_dir=str(Path(tempfile.gettempdir()) / SCRATCH),
                      logging_dir=None, do_train=True)
     if device_kind == "cpu":

@@ -1,5 +1,5 @@
-"""`--format paddlenlp`: PaddleNLP TrainingArguments JSON for a Trainer script of the user's own, each mechanism
-mapping its own fields. Only TrainingArguments keys are written (PdArgumentParser refuses any other key); a tuned
+"""`--format paddlenlp`: PaddleNLP TrainingArguments JSON for a Trainer script of the user's own, the codec mapping
+the tuned values (codec.py). Only TrainingArguments keys are written (PdArgumentParser refuses any other key); a tuned
 value that is not one goes to stderr and the report."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.core.report import Report, Tuned
+from vramtune.dialects.paddlenlp.codec import ARGUMENT_DEFAULTS, to_arguments
 from vramtune.dialects.paddlenlp.keys import TRAINING_ARGUMENTS
 
 NAME, SUFFIX = "paddlenlp", ".tuned.json"
@@ -17,15 +18,8 @@ ACCEPTED = frozenset(TRAINING_ARGUMENTS)  # PdArgumentParser(TrainingArguments)'
 def tuned_arguments(tuned: Tuned, optimizer: str) -> tuple[dict[str, Any], list[str]]:
     """The PaddleNLP keys the tuning decides (TrainingArguments and llm-script ModelArgument keys), and warnings
     for what does not map exactly."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    arguments: dict[str, Any] = {"do_train": True}
-    warnings: list[str] = []
-    for mechanism in MECHANISMS:
-        mapped, more = mechanism.to_arguments(tuned)
-        arguments.update(mapped)
-        warnings.extend(more)
-    arguments["optim"] = "adamw"
+    mapped, warnings = to_arguments(tuned)
+    arguments: dict[str, Any] = {"do_train": True, **mapped, "optim": "adamw"}
     if optimizer not in ("adamw", "adam"):
         warnings.append(f"PaddleNLP's Trainer trains with AdamW (optim: adamw); this configuration was measured with "
                         f"{optimizer}, which keeps less optimizer state: tune with train.optimizer: adamw for the "
@@ -39,12 +33,9 @@ def accepted_only(arguments: dict[str, Any], accepted: frozenset[str], parser: s
                                                                                           list[str]]:
     """The keys the parser reads; the others are left out (a value a parser without the key leaves anyway
     silently, any other with a warning naming it)."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
-    defaults = {key: value for mechanism in MECHANISMS for key, value in mechanism.argument_defaults.items()}
     kept = {key: value for key, value in arguments.items() if key in accepted}
     left = {key: value for key, value in arguments.items()
-            if key not in accepted and (key not in defaults or defaults[key] != value)}
+            if key not in accepted and (key not in ARGUMENT_DEFAULTS or ARGUMENT_DEFAULTS[key] != value)}
     if not left:
         return kept, []
     said = ", ".join(f"{key}: {json.dumps(value)}" for key, value in left.items())

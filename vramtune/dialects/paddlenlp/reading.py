@@ -2,8 +2,8 @@
 
 Every key is accounted for. The keys that decide the run are read here (model, sequence length, batch, learning
 rate, optimizer, gradient clipping, the model configuration fields the llm scripts set, zero padding) or by the
-mechanism they belong to (`from_arguments`: precision, recompute, sharding, ...); a key that changes memory and that
-nothing reads is refused by name (spec/paddlenlp_keys.py); a key PaddleNLP does not know is named in one warning.
+codec (codec.py: precision, recompute, sharding, ...); a key that changes memory and that nothing reads is refused by
+name (keys.py); a key PaddleNLP does not know is named in one warning.
 Every other key is kept untouched for `vramtune apply`. The target batch is per_device_train_batch_size x
 gradient_accumulation_steps (x the data-parallel ranks); the sequence length is max_length (llm scripts) or
 max_seq_length (Trainer examples), or src_length + tgt_length (older llm scripts).
@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.core.reading import Problem, Section, SpecError, positive, read_spec_text
+from vramtune.dialects.paddlenlp.codec import from_arguments
 from vramtune.dialects.paddlenlp.keys import KNOWN, refusal
+from vramtune.dialects.paddlenlp.local import local_path
 from vramtune.sources.paddlenlp import config_file, looks_like_path
 
 SEQUENCE_KEYS = ("max_length", "max_seq_length")
@@ -37,15 +39,6 @@ def read_arguments(path: Path) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise SpecError([Problem(file, "", "must be a JSON object of PaddleNLP arguments")])
     return arguments
-
-
-def local_path(section: Section, key: str, value: str, wanted: str) -> Path | None:
-    """A local folder as PaddleNLP finds it: from the working folder, else next to the file (None when neither)."""
-    candidates = [Path.cwd() / value, Path(section.file).resolve().parent / value]
-    found = next((p.resolve() for p in candidates if p.exists()), None)
-    if found is None and looks_like_path(value):
-        section.fail(key, f"{value!r}: no such folder or file (vramtune never downloads: {wanted})")
-    return found
 
 
 def _model_path(section: Section, value: str) -> str | None:
@@ -84,8 +77,6 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 def spec_from_arguments(arguments: dict[str, Any], file: str) -> tuple[dict[str, Any], list[str]]:
     """The raw spec (as a YAML spec would give it) for a PaddleNLP arguments file, and warnings for the user."""
-    from vramtune.plugins import MECHANISMS  # here: plugins imports the dialects
-
     problems: list[Problem] = []
     warnings: list[str] = []
     section = Section(problems, file, "", arguments)
@@ -116,9 +107,8 @@ def spec_from_arguments(arguments: dict[str, Any], file: str) -> tuple[dict[str,
         "device": device if device in ("cpu", "gpu") or (device or "").startswith("gpu:") else "auto",
         "budget": "auto",
     }
-    for mechanism in MECHANISMS:
-        for dotted, value in mechanism.from_arguments(section).items():
-            _set(raw, dotted, value)
+    for dotted, value in from_arguments(section).items():
+        _set(raw, dotted, value)
     unknown = []
     for key, value in arguments.items():
         if key in section.seen:

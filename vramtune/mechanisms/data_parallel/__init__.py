@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import ClassVar
 
 from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
@@ -27,21 +26,6 @@ class DataParallel(Mechanism):
     def fixed(self, settings: int) -> dict:
         return {"devices": settings}
 
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        return ("batch", f"{strategy.devices} devices") if strategy.devices > 1 else None
-
-    def smoke(self, strategy) -> dict:
-        return {"devices": 1}
-
-    def on_ranks(self, strategy, devices) -> tuple[dict, list[str]]:
-        notes = [f"measured on {devices} rank{'s' if devices > 1 else ''}, tuned on {strategy.devices}: each rank's "
-                 f"micro-batch and accumulation as tuned, {strategy.micro_batch * strategy.accumulation * devices} "
-                 f"samples per step instead of {strategy.batch}"]
-        if devices == 1 and not strategy.sharding_stage:  # with sharding, sharding says it
-            notes.append("one rank runs without data parallel's gradient buffers: a pass may not hold on the tuned "
-                         "ranks")
-        return {"devices": devices}, notes
-
     def unsupported(self, strategy, device) -> str | None:
         if device.kind == "gpu" and strategy.devices > device.count:
             return f"{strategy.devices} ranks need {strategy.devices} GPUs; this machine has {device.count}"
@@ -51,45 +35,12 @@ class DataParallel(Mechanism):
         # paddle.DataParallel's fused gradient buffers; fleet's sharding optimizer goes without them
         return 1.0 if strategy.devices > 1 and not strategy.sharding_stage else 0.0
 
-    state_parts: ClassVar[dict[str, str]] = {"buffers": "data-parallel buffers"}
-
     def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
         """paddle.DataParallel's fused gradient buffers, in the ratio to the gradients measured at 2 ranks; fleet's
         sharding optimizer goes without them."""
         several = strategy.devices > 1 and not strategy.sharding_stage
         return {**state, "buffers": int(given.buffer_ratio * state["gradients"]) if several else 0}
 
-    def estimate_notes(self, question) -> dict[str, str]:
-        """The ratio the estimate is given (`estimating.answer.DATA_PARALLEL_BUFFERS`), where the ranks keep them."""
-        return {"assumed": "data parallel's gradient buffers x1.00 of the gradients (no sharding)"} \
-            if question.devices > 1 else {}
-
-    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
-        """The question's devices, in every row."""
-        return 1, [{"devices": question.devices}]
-
-    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
-        """The estimate's devices, in every row."""
-        return 1, [{"devices": context.devices}]
-
-    def spec_estimate_notes(self, settings, context) -> dict[str, str]:
-        """The ratio measured at 2 ranks, where several ranks are estimated."""
-        return {"measured": f"data parallel's fused gradient buffers (x{context.buffer_ratio:.2f} of the gradients at "
-                            "2 ranks, kept at any number of ranks; sharding goes without them)"} \
-            if context.buffer_ratio else {}
-
-    def to_arguments(self, tuned):
-        devices = tuned.strategy.devices
-        if devices == 1:
-            return {}, []
-        return {}, [f"launch with: python -m paddle.distributed.launch --nproc_per_node {devices} "
-                    "YOUR_SCRIPT.py THIS_FILE.json (the data-parallel degree is the ranks left after sharding)"]
-
-    def doctor_checks(self) -> tuple:
-        """Two NCCL ranks each measure their own peak, as multi-rank probes do (sharding's too)."""
-        from vramtune.doctor.ranks import CHECK
-
-        return (CHECK,)
 
     def prepare_training(self, model, optimizer, strategy, settings):
         from vramtune.mechanisms.data_parallel import distributed

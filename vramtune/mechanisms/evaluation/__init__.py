@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vramtune.core.reading import Section, positive, refuse_when_on
+from vramtune.core.reading import Section, positive
 from vramtune.mechanisms.base import Mechanism
 
 KEEP = ("logits", "predictions", "loss")
@@ -56,37 +56,6 @@ class Evaluation(Mechanism):
         section.finish()
         return settings
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """The Trainer evaluates when do_eval is set or its evaluation strategy is not "no"; generation while
-        evaluating is refused (not measured)."""
-        refuse_when_on(arguments, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) "
-                                                             "is not measured: set it to false to tune the evaluation "
-                                                             "loss and predictions")
-        evaluates = bool(arguments.get("do_eval", bool, False))
-        strategy = arguments.get("evaluation_strategy", str, "no", choices=("no", "steps", "epoch"))
-        batch = arguments.get("per_device_eval_batch_size", int, 8, check=positive(1 << 20))
-        steps = arguments.get("eval_accumulation_steps", int, None, check=positive(1 << 20))
-        loss_only = arguments.get("prediction_loss_only", bool, False)
-        if not (evaluates or strategy not in (None, "no")):
-            return {}
-        return {"train.evaluation": {"batch": batch or 8, "keep": "loss" if loss_only else "predictions",
-                                     **({"accumulation_steps": steps} if steps else {})}}
-
-    def from_formers(self, config) -> dict[str, Any]:
-        """PaddleFormers' Trainer names its evaluation keys as PaddleNLP's does."""
-        refuse_when_on(config, "eval_with_do_generation", "generation during evaluation (a KV cache per sequence) is "
-                                                          "not measured: set it to false")
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, {
-            key: config.data[key] for key in ("do_eval", "evaluation_strategy", "per_device_eval_batch_size",
-                                              "eval_accumulation_steps", "prediction_loss_only")
-            if key in config.data}))
-
-    def kit_phase(self, batch: int) -> dict[str, Any]:
-        return {self.name: {"batch": batch, "keep": "loss"}}
-
-    def kit_terms(self, strategy, facts) -> dict[str, Any]:
-        """The evaluation batch the probes found to fit (None: none fits, or the config does not evaluate)."""
-        return {"eval_batch": facts.get("eval_batch")}
 
     def child_settings(self, settings: EvaluationSettings | None, budget) -> dict[str, Any] | None:
         """The limit picks which evaluation batches the child measures; the parent judges them again."""
@@ -98,41 +67,13 @@ class Evaluation(Mechanism):
             return None
         peaks = {int(size): peak for size, peak in facts.get("eval_peaks", {}).items()}
         chosen = facts.get("eval_batch")
-        if chosen is not None and _total(peaks.get(chosen), facts, chosen) <= limit:
+        if chosen is not None and peak_with_kept(peaks.get(chosen), facts, chosen) <= limit:
             return None
         smallest = min(peaks, default=None)
         if smallest is None or peaks[smallest] is None:
             return f"evaluation ran out of memory even at batch {smallest}"
         return (f"evaluation does not fit even at batch {smallest}: its peak "
-                f"{int(_total(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
-
-    def describe(self, result) -> list[str]:
-        facts = result.facts
-        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
-        if chosen is None:
-            return []
-        from vramtune.core.units import format_bytes
-
-        peak = _total(facts["eval_peaks"].get(str(chosen)), facts, chosen)
-        kept = facts["eval_kept"][str(chosen)]
-        steps = facts.get("eval_accumulation_steps")
-        lowered = f" (lowered from {requested}: larger ones do not fit)" if chosen < requested else ""
-        keeping = ("keeps nothing on the device from step to step" if not kept else
-                   f"keeps {format_bytes(kept / chosen)} per sample on the device for the whole evaluation set "
-                   "(bound it with the evaluation's accumulation steps: eval_accumulation_steps in a Trainer's "
-                   "arguments, train.evaluation.accumulation_steps in a spec)" if not steps else
-                   f"up to {steps} steps of {format_bytes(kept)} kept on the device, counted")
-        return [f"evaluation at batch {chosen}{lowered}: peak {format_bytes(peak)} with the training state resident; "
-                f"{keeping}"]
-
-    def to_arguments(self, tuned):
-        facts = tuned.facts
-        chosen, requested = facts.get("eval_batch"), facts.get("eval_requested")
-        if chosen is None:
-            return {}, []
-        warnings = [f"per_device_eval_batch_size lowered from {requested} to {chosen}: evaluation at {requested} "
-                    "does not fit beside the training state"] if chosen < requested else []
-        return {"per_device_eval_batch_size": chosen}, warnings
+                f"{int(peak_with_kept(peaks[smallest], facts, smallest))} bytes > {int(limit)} bytes")
 
     # -- child side --------------------------------------------------------------------------------------
     def after_measure(self, run, settings) -> dict[str, Any]:
@@ -150,8 +91,9 @@ class Evaluation(Mechanism):
                 "eval_accumulation_steps": settings["accumulation_steps"]}
 
 
-def _total(peak: int | None, facts: dict[str, Any], size: int | None) -> float:
-    """One evaluation step's peak plus what the earlier kept steps hold (when eval_accumulation_steps bounds them)."""
+def peak_with_kept(peak: int | None, facts: dict[str, Any], size: int | None) -> float:
+    """One evaluation step's peak plus what the earlier kept steps hold (when eval_accumulation_steps bounds them):
+    what must fit, and what the report says of the evaluation batch chosen."""
     if peak is None or size is None:
         return float("inf")
     return peak + kept_factor(facts.get("eval_accumulation_steps")) * facts["eval_kept"][str(size)]

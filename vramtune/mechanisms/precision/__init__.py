@@ -12,21 +12,16 @@ precision searched in depth where it could win (fp16-safe retried only after fp1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from vramtune.core.reading import Section
-from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, PURE, dtype_of, level_of
+from vramtune.core.strategy import AMP_DTYPES, AMP_PRECISIONS, FIELDS, SAFE_BLACK_LIST, dtype_of, level_of
 from vramtune.core.text import did_you_mean
-from vramtune.mechanisms.base import Mechanism, Option
+from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
-SAFE_BLACK_LIST = ("softmax", "softmax_with_cross_entropy", "cross_entropy", "cross_entropy_with_softmax", "exp",
-                   "log", "log_softmax", "layer_norm", "rms_norm", "mean", "reduce_mean", "sum", "reduce_sum",
-                   "pow", "square", "sqrt", "rsqrt", "gelu", "silu", "tanh", "sigmoid", "batch_norm")
 # what PaddleNLP's Trainer (2.8, autocast_smart_context_manager) passes to auto_cast, so probes train as it does
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 LOSS_SCALE = 2.0**15
-FORMERS_COMPUTE_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "float32"}  # a PaddleFormers compute_type per dtype
 CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
               "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
@@ -50,7 +45,6 @@ class Precision(Mechanism):
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
     shares_memory_group = True
-    formers_defaults: ClassVar[dict[str, Any]] = {"compute_type": "bf16", "amp_master_grad": True}
 
     def read(self, spec) -> PrecisionSettings:
         """search.precisions: the AMP modes allowed, least memory first whatever the spec's order; the Trainer's
@@ -69,61 +63,10 @@ class Precision(Mechanism):
         return PrecisionSettings([p for p in AMP_PRECISIONS if p in values],
                                  bool(spec.train.get("amp_master_grad", bool, False)), **lists)
 
-    def from_arguments(self, arguments) -> dict[str, Any]:
-        """fp16 / bf16 say which half type the run uses (the search keeps to it and chooses O1 or O2); with neither,
-        every AMP mode is offered. amp_master_grad and the custom op lists are measured as the Trainer applies them."""
-        fp16, bf16 = arguments.get("fp16", bool, False), arguments.get("bf16", bool, False)
-        arguments.get("fp16_opt_level", str, "O1", choices=("O1", "O2"))
-        keys: dict[str, Any] = {}
-        if fp16 or bf16:
-            keys["search.precisions"] = [p for p in AMP_PRECISIONS if dtype_of(p) == ("bf16" if bf16 else "fp16")]
-        if arguments.get("amp_master_grad", bool, False) and (fp16 or bf16):  # the Trainer ignores it without AMP
-            keys["train.amp_master_grad"] = True
-        for name in ("black_list", "white_list"):
-            ops = arguments.get(f"amp_custom_{name}", list, None)
-            if ops:
-                keys[f"train.amp_custom_{name}"] = ops
-        return keys
-
-    def from_formers(self, config) -> dict[str, Any]:
-        """compute_type says the half type (bf16 by default; float32: none; the quantized types refused: GPU kernels),
-        with amp_master_grad on by default; the rest as a PaddleNLP arguments file names them."""
-        from vramtune.dialects.paddleformers.keys import ESTIMATE, QUANTIZED_TYPES
-
-        data, defaults = config.data, self.formers_defaults
-        checked = config.get("compute_type", str, defaults["compute_type"],
-                             choices=(*FORMERS_COMPUTE_TYPES.values(), *QUANTIZED_TYPES))
-        if checked in QUANTIZED_TYPES:
-            config.fail("compute_type", f"{checked!r} quantizes the weights with GPU kernels; a probe would measure "
-                                        f"unquantized weights: use {defaults['compute_type']} to tune, {ESTIMATE}")
-        compute_type = data.get("compute_type", defaults["compute_type"])  # null: no half type named
-        arguments = {"bf16": compute_type == "bf16", "fp16": compute_type == "fp16",
-                     "amp_master_grad": data.get("amp_master_grad", defaults["amp_master_grad"]),
-                     **{key: data[key] for key in ("fp16_opt_level", "amp_custom_black_list", "amp_custom_white_list")
-                        if key in data}}
-        return self.from_arguments(Section(config.problems, config.file, config.prefix, arguments))
-
-    def to_formers(self, config, tuned) -> dict[str, Any]:
-        """On a GPU, compute_type and fp16_opt_level as chosen (a CPU probe's fp32 says nothing of the GPU's)."""
-        if tuned.device_kind == "cpu":
-            return {}
-        precision = tuned.strategy.precision
-        return {"compute_type": FORMERS_COMPUTE_TYPES[dtype_of(precision)],
-                **({"fp16_opt_level": level_of(precision)} if precision != "fp32" else {})}
-
-    def formers_on_cpu(self, arguments) -> dict[str, Any]:
-        cpu, default = FORMERS_COMPUTE_TYPES["fp32"], self.formers_defaults["compute_type"]
-        return {"compute_type": cpu} if arguments.get("compute_type", default) != cpu else {}
 
     def child_settings(self, settings: PrecisionSettings, budget) -> dict[str, Any]:
         return {"master_grad": settings.master_grad, "black_list": settings.black_list,
                 "white_list": settings.white_list}
-
-    def phrase(self, strategy, facts) -> tuple[str, str]:
-        return "what", strategy.precision
-
-    def smoke(self, strategy) -> dict[str, Any]:
-        return {"precision": "fp32"}  # AMP is not checked on CPU
 
     def weight(self, strategy) -> int:
         """O1 wins a tie with O2 (fewer numerics changed), fp32 wins a tie with both."""
@@ -146,9 +89,6 @@ class Precision(Mechanism):
         return self.activation_factor(strategy, Factors())
 
     # -- the estimate ------------------------------------------------------------------------------------
-    state_parts: ClassVar[dict[str, str]] = {"amp_copies": "AMP O1 weight copies"}
-    preferred = (0, "AMP O2, then O1, then fp32")
-
     def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
         """O2: half weights (decorate keeps batch norms, and under fp16 layer norms, in fp32), half gradients (fp32
         with amp_master_grad) and fp32 master weights beside the optimizer's state; O1: fp32 state and a half copy
@@ -164,51 +104,13 @@ class Precision(Mechanism):
     def activation_factor(self, strategy, factors) -> float:
         return {"O0": 1.0, "O1": factors.o1_activations, "O2": factors.o2_activations}[level_of(strategy.precision)]
 
-    def preference(self, strategy) -> list[tuple[int, Any]]:
-        """AMP O2 first, then O1, then fp32 (the most memory saved; speed is not estimated); the name last."""
-        return [(0, {"O2": 0, "O1": 1, "O0": 2}[level_of(strategy.precision)]), (9, strategy.precision)]
-
-    def column(self, strategy, facts) -> tuple[str, str]:
-        return "precision", strategy.precision
-
-    def estimate_notes(self, question) -> dict[str, str]:
-        return {"counted": "bytes per parameter of each precision (O2: fp32 master weights and AdamW moments"
-                           + (", fp32 gradients with amp_master_grad" if question.master_grad else "") + ")"}
-
-    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, Any]]]:
-        """fp32, and the question's compute_type at O1 and O2 when it is a half type; outermost."""
-        half = question.compute_type
-        precisions = ["fp32", half, f"{half}{PURE}"] if half in AMP_DTYPES else ["fp32"]
-        return 0, [{"precision": precision} for precision in precisions]
-
-    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, Any]]]:
-        """fp32, and the AMP modes the spec allows, least memory first; outermost."""
-        return 0, [{"precision": p} for p in ("fp32", *[p for p in AMP_PRECISIONS if p in settings.allowed])]
-
-    def to_arguments(self, tuned):
-        precision = tuned.strategy.precision
-        dtype = dtype_of(precision)
-        arguments: dict[str, Any] = {"fp16": dtype == "fp16", "bf16": dtype == "bf16"}
-        if precision != "fp32":
-            arguments["fp16_opt_level"] = level_of(precision)
-        if precision == "fp16-safe":
-            arguments["amp_custom_black_list"] = list(SAFE_BLACK_LIST)
-        return arguments, []
-
-    def kit_choices(self, half_dtypes) -> list[str]:
-        """Every AMP level, in the dtypes the kit has a key for."""
-        return [mode for mode in AMP_PRECISIONS if AMP_DTYPES.get(dtype_of(mode)) in half_dtypes]
-
-    def kit_terms(self, strategy, facts) -> dict[str, str]:
-        precision = strategy.precision
-        return {"amp_level": level_of(precision), "amp_dtype": AMP_DTYPES.get(dtype_of(precision), "float32")}
 
     # -- search ------------------------------------------------------------------------------------------
-    def amp(self, search) -> list[str]:
+    def amp(self, search: SearchView) -> list[str]:
         """The AMP modes the spec allows and the device runs, least memory first."""
         return [p for p in search.settings(self.name).allowed if not search.unsupported(search.base.with_(precision=p))]
 
-    def notes(self, search) -> list[str]:
+    def notes(self, search: SearchView) -> list[str]:
         skipped: dict[str, list[str]] = {}  # why -> the precisions skipped for it
         for precision in search.settings(self.name).allowed:
             why = search.unsupported(search.base.with_(precision=precision))
@@ -216,17 +118,17 @@ class Precision(Mechanism):
                 skipped.setdefault(why, []).append(precision)
         return [f"{', '.join(precisions)} skipped: {why}" for why, precisions in skipped.items()]
 
-    def suggest(self, search) -> list[str]:
+    def suggest(self, search: SearchView) -> list[str]:
         if len(self.amp(search)) < len(search.settings(self.name).allowed):
             return ["AMP (fp16/bf16, O1 or O2) on a GPU, which roughly halves activation memory"]
         return []
 
-    def whole_batch(self, base, search) -> None:
+    def whole_batch(self, base, search: SearchView) -> None:
         for precision in self.amp(search):
             if search.probe("amp", base.with_(precision=precision)).status in ("oom", "over_budget"):
                 break  # least memory first (O2, then O1): the next one would not fit either
 
-    def alternatives(self, base, search):
+    def alternatives(self, base, search: SearchView):
         for precision in self.amp(search):
             yield {"precision": precision}
         if self.fp16_unstable(search):
@@ -239,7 +141,7 @@ class Precision(Mechanism):
                 yield {"precision": "fp16-safe"}
         yield {"precision": "fp32"}
 
-    def worth_searching(self, candidate, search) -> bool:
+    def worth_searching(self, candidate, search: SearchView) -> bool:
         """Measured at the best configuration; fp16 at another level is not searched once fp16 went non-finite
         where a bf16 mode trains stably (bf16 has fp16's bytes and speed, and fp32's range)."""
         if dtype_of(candidate.precision) == "fp16" and candidate.precision != "fp16-safe" and \
@@ -250,26 +152,16 @@ class Precision(Mechanism):
         return search.could_win(self, candidate)
 
     @staticmethod
-    def stable_bf16(search) -> str | None:
+    def stable_bf16(search: SearchView) -> str | None:
         """A bf16 mode measured to fit and train stably, if any."""
         return next((s.precision for s, r in search.results.items() if dtype_of(s.precision) == "bf16" and r.fits),
                     None)
 
     @staticmethod
-    def fp16_unstable(search) -> bool:
+    def fp16_unstable(search: SearchView) -> bool:
         """fp16 (O1 or O2) went non-finite and never trained stably."""
         fp16 = [r for s, r in search.results.items() if s.precision in ("fp16", "fp16-o2")]
         return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)
-
-    # -- `vramtune doctor` ------------------------------------------------------------------------------
-    def doctor_checks(self) -> tuple:
-        """AMP O1/O2's casts, GradScaler, and AMP's activations (they calibrate `estimate`)."""
-        from vramtune.doctor.amp import CHECK
-
-        return (CHECK,)
-
-    def device_words(self, device) -> str:
-        return "; ".join(device.amp_unsupported.values()) or "fp16 and bf16 AMP supported"
 
     # -- child side --------------------------------------------------------------------------------------
     def device_limits(self, kind: str, index: int) -> dict[str, str]:

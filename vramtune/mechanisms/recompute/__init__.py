@@ -6,22 +6,12 @@ axis: at one micro-batch, the fewest recomputed blocks that fit, then the model'
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from vramtune.core.strategy import FIELDS, GRANULARITIES
-from vramtune.dialects.roundtrip import DELETE
-from vramtune.mechanisms.base import Mechanism, Option
+from vramtune.core.strategy import FIELDS
+from vramtune.mechanisms.base import Mechanism, Option, SearchView
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
-# what a PaddleNLP model's configuration holds when a parser without these keys (TrainingArguments) builds it
-MODEL_DEFAULTS = {"recompute_granularity": "full", "no_recompute_layers": None}
-# the one combination of a PaddleFormers config's recompute keys its own models honour: every layer
-FORMERS_EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
-# PaddleFormers' own model code (importable here) recomputes every layer or none; the other models (paddlefleet's)
-# take Megatron's block method, the first N layers (assumed from TrainingArguments' documentation: paddlefleet cannot
-# be read here)
-FORMERS_ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe")
 
 
 @dataclass
@@ -33,8 +23,6 @@ class RecomputeSettings:
 class Recompute(Mechanism):
     name = "recompute"
     fields = (FIELDS["recomputed_blocks"], FIELDS["recompute_granularity"])
-    argument_defaults = MODEL_DEFAULTS
-    formers_keys = (*FORMERS_EVERY_LAYER, "recompute_modules")
     most_cost = 0.5  # every block recomputed runs each forward once more: a forward is about a third of a step
     options = (Option("no_recompute", "--no-recompute", bool, False, "never recompute blocks",
                       lambda value: {"search.recompute": "off" if value else None}),)
@@ -43,107 +31,14 @@ class Recompute(Mechanism):
         return RecomputeSettings(spec.search.get("recompute", str, "auto", choices=("auto", "off")) != "off",
                                  spec.model.get("block_path", str, None))
 
-    def from_arguments(self, arguments) -> dict:
-        """recompute, recompute_granularity and no_recompute_layers are what the search decides (and apply writes)."""
-        arguments.get("recompute", bool, False)
-        arguments.get("recompute_granularity", str, "full", choices=GRANULARITIES)
-        arguments.get("no_recompute_layers", list, None)
-        return {}
-
-    def outdated(self, tuned) -> str | None:
-        if "recompute_layers" in tuned and "recomputed_blocks" not in tuned:
-            return "was written by vramtune 0.1 (recompute_layers); rerun `vramtune apply` to rewrite it"
-        return None
-
-    def to_formers(self, config, tuned) -> dict:
-        """Every layer when the choice recomputes (the only combination PaddleFormers' own models honour, so the
-        search explores nothing else there), or the first N layers by the block method where the model's code
-        recomputes those (the estimate's paddlefleet models: `formers_facts`); the file's combination removed when
-        it recomputes nothing (and where the model recomputes the first N, a block method's)."""
-        recomputed, facts = tuned.strategy.recomputed_blocks, tuned.facts
-        partial = (facts.get("recompute_options") or {}).get("partial")
-        if recomputed and partial and recomputed < facts.get("total_blocks", 0):
-            return {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": recomputed}
-        if recomputed:
-            return dict(FORMERS_EVERY_LAYER)
-        first_n = partial and config.get("recompute_method") == "block" and config.get("recompute_num_layers")
-        if first_n or all(config.get(key) == value for key, value in FORMERS_EVERY_LAYER.items()):
-            return dict.fromkeys(FORMERS_EVERY_LAYER, DELETE)
-        return {}
-
-    def from_kit(self, config) -> dict:
-        """The kits have no recompute key."""
-        return {"recompute": "off"}
 
     def child_settings(self, settings: RecomputeSettings, budget) -> dict:
         return {"block_path": settings.block_path}
 
-    def phrase(self, strategy, facts) -> tuple[str, str] | None:
-        """Nothing when no block is recomputed (as sharding and data parallel say nothing when off)."""
-        granularity = strategy.recompute_granularity
-        if not strategy.recomputed_blocks:
-            return None
-        return "memory", (f"recompute {strategy.recomputed_blocks}/{facts.get('total_blocks') or 0} blocks"
-                          + (f" ({granularity})" if granularity != "full" else ""))
-
-    preferred = (1, "the fewest layers recomputed")
 
     def rerun_layers(self, strategy) -> int:
         return strategy.recomputed_blocks
 
-    def preference(self, strategy) -> list[tuple[int, int]]:
-        return [(1, strategy.recomputed_blocks)]
-
-    def counted_facts(self, counts) -> dict:
-        return {"total_blocks": counts.layers}
-
-    def column(self, strategy, facts) -> tuple[str, str]:
-        blocks = strategy.recomputed_blocks
-        return "recompute", f"{blocks}/{facts.get('total_blocks') or 0}" if blocks else "-"
-
-    def formers_facts(self, model_type) -> dict:
-        """PaddleFormers' own models recompute every layer or none; the paddlefleet ones the first N layers too."""
-        return {"recompute_options": {"granularities": ["full"], "partial": model_type not in FORMERS_ALL_OR_NONE}}
-
-    def file_counts(self, layers, model_type) -> tuple[dict, dict[str, tuple[int, ...]]]:
-        """The probe's blocks are the model's layers (num_hidden_layers): every one of them where the model's code
-        recomputes every layer or none (`to_formers` writes the same keys for any count there), else 1..L (the
-        first N by the block method, L every layer)."""
-        if not layers:
-            return {}, {}
-        facts = {"total_blocks": layers, **self.formers_facts(model_type)}
-        counts = range(1, layers + 1) if facts["recompute_options"]["partial"] else range(layers, layers + 1)
-        return facts, {"recomputed_blocks": tuple(counts)}
-
-    def estimate_choices(self, question, arch, fine_tuning) -> tuple[int, list[dict[str, int]]]:
-        """What the model's code can recompute: every layer or none in PaddleFormers' own code, where a layer
-        recomputes only when its input needs a gradient (under LoRA never the first: the embeddings are frozen);
-        a quarter, half, three quarters too in the paddlefleet models. Inside the precisions and stages."""
-        from vramtune.memory.state import recompute_levels
-
-        if self.formers_facts(arch.model_type)["recompute_options"]["partial"]:
-            levels = recompute_levels(arch.layers)
-        else:
-            levels = [0, arch.layers - 1 if fine_tuning == "LoRA" else arch.layers]
-        return 2, [{"recomputed_blocks": blocks} for blocks in levels]
-
-    def spec_estimate_choices(self, settings, context) -> tuple[int, list[dict[str, int]]]:
-        """None, a quarter, half, three quarters, every counted layer, where the spec allows recompute and the fit
-        says recomputing every layer saves memory; none otherwise. Inside the precisions and stages."""
-        from vramtune.memory.state import recompute_levels
-
-        fit, layers = context.fit, context.counts.layers
-        saves = fit.s0 + fit.s1 * layers / fit.width_scale > 0
-        levels = recompute_levels(layers) if settings.enabled and saves else [0]
-        return 2, [{"recomputed_blocks": blocks} for blocks in levels]
-
-    def spec_estimate_notes(self, settings, context) -> dict[str, str]:
-        return {"alone": "recompute not estimated: the model has no repeated blocks vramtune recomputes"} \
-            if settings.enabled and not context.blocks_probed else {}
-
-    def measured_lines(self, facts) -> list[str]:
-        total = facts.get("total_blocks")
-        return [] if total is None else [f"repeated blocks found: {total}"]
 
     def weight(self, strategy) -> int:
         return strategy.recomputed_blocks
@@ -168,48 +63,13 @@ class Recompute(Mechanism):
         partial = strategy.recomputed_blocks and strategy.recompute_granularity != "full"
         return strategy.recompute_granularity if partial else ""
 
-    def suggest(self, search) -> list[str]:
+    def suggest(self, search: SearchView) -> list[str]:
         if not search.settings(self.name).enabled and search.facts.get("total_blocks"):
             return ["recompute: set search.recompute to auto"]
         return []
 
-    def to_arguments(self, tuned):
-        """A model's own recompute: exactly what was measured. vramtune's wrapper has no PaddleNLP key (the
-        Trainer's `recompute` only reaches layers with their own enable_recompute): see inexpressible()."""
-        facts = tuned.facts
-        recomputed, native = tuned.strategy.recomputed_blocks, facts.get("recompute_options")
-        if not (native and recomputed):
-            return {"recompute": False}, []
-        arguments = {"recompute": True, "recompute_granularity": tuned.strategy.recompute_granularity}
-        if native["partial"]:
-            arguments["no_recompute_layers"] = list(range(recomputed, facts["total_blocks"])) or None
-        return arguments, []
-
-    def inexpressible(self, tuned, accepted):
-        facts = tuned.facts
-        recomputed = tuned.strategy.recomputed_blocks
-        if not recomputed:
-            return None
-        what = f"recompute of {recomputed} of {facts.get('total_blocks', '?')} blocks"
-        if not facts.get("recompute_options"):
-            return (f"{what} ran through vramtune's wrapper, which no PaddleNLP key switches on (the Trainer's "
-                    "`recompute` only reaches layers with their own enable_recompute)")
-        arguments, _ = self.to_arguments(tuned)
-        unsaid = [f"{key}: {json.dumps(value)}" for key, value in arguments.items()
-                  if key not in accepted and (key, value) not in self.argument_defaults.items()]
-        return f"{what} needs {', '.join(unsaid)}, which this parser does not read" if unsaid else None
-
-    def expressible_neighbour(self, tuned):
-        """Every layer at the models' default granularity: `recompute: true` alone says it."""
-        facts = tuned.facts
-        native = facts.get("recompute_options")
-        granularity = self.argument_defaults["recompute_granularity"]
-        if not native or granularity not in native["granularities"]:
-            return None
-        return tuned.strategy.with_(recomputed_blocks=facts["total_blocks"], recompute_granularity=granularity)
-
     # -- search: an axis ---------------------------------------------------------------------------------
-    def levels(self, plain, search):
+    def levels(self, plain, search: SearchView):
         """r = L .. 0 blocks at one micro-batch; a model's own recompute without partial layers offers all or
         none, at its first granularity (GPT: core_attn only)."""
         facts = search.facts
@@ -226,7 +86,7 @@ class Recompute(Mechanism):
                 counts = [blocks, 0]
         return [plain.with_(recomputed_blocks=r, recompute_granularity=granularity if r else "full") for r in counts]
 
-    def refine_level(self, found, search):
+    def refine_level(self, found, search: SearchView):
         """A model's own recompute may offer cheaper granularities (full_attn, core_attn: they recompute less, save
         less): measured at every layer, at the micro-batch where recompute was needed."""
         best = search.results[found]
@@ -241,13 +101,6 @@ class Recompute(Mechanism):
                 if other.fits and other.samples_per_sec > best.samples_per_sec:
                     best = other
         return best
-
-    # -- `vramtune doctor` ------------------------------------------------------------------------------
-    def doctor_checks(self) -> tuple:
-        """vramtune's wrapper and the model library's own recompute lower a small transformer's peak."""
-        from vramtune.doctor.recompute import CHECK
-
-        return (CHECK,)
 
     # -- child side --------------------------------------------------------------------------------------
     def configure_model(self, config, strategy, settings):
