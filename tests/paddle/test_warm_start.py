@@ -19,7 +19,7 @@ pytestmark = pytest.mark.paddle
 
 EARLY = textwrap.dedent("""
     import atexit, runpy, sys
-    from vramtune import forking
+    from vramtune.probing import forking
 
     cli_started = {{}}
 
