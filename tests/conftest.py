@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 SPECS = Path(__file__).resolve().parent / "specs"
 FAULTS = Path(__file__).resolve().parent / "faults"
-HUNG = 900  # seconds after which a wait for an event (a process's start, end or output) is a hang: a bound for
-# failing only, whatever the machine's load (a passing wait ends on its event, long before)
+HUNG = 1800  # seconds after which a wait for an event (a process's start, end or output) or a run of real work (a
+# probe, a search, a kit's or a Trainer's training) is a hang: a bound for failing only, whatever the machine's load (a
+# passing one ends on its event, long before; CI's limit is 90 minutes for the whole suite)
 
 
 # A suite started in the background by a script (no job control) inherits SIGINT ignored, and so would every
@@ -57,7 +58,7 @@ def paddle_version() -> str:
 def gpu_present() -> bool:
     """Whether Paddle here sees a GPU (asked in a child: the test process never imports Paddle for this)."""
     done = subprocess.run([sys.executable, "-c", "import paddle; print(paddle.is_compiled_with_cuda() and "
-                           "paddle.device.cuda.device_count() > 0)"], capture_output=True, text=True, timeout=120)
+                           "paddle.device.cuda.device_count() > 0)"], capture_output=True, text=True, timeout=HUNG)
     return done.stdout.strip().endswith("True")
 
 

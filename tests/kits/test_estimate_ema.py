@@ -10,6 +10,7 @@ from pathlib import Path
 
 import kit_client as client
 import pytest
+from conftest import HUNG
 from test_kits_estimate import options
 
 from vramtune.core.strategy import Strategy
@@ -45,7 +46,7 @@ def test_a_row_counts_the_ema_at_its_precision_and_takes_the_probes_fp32_bytes_o
 def run_vramtune(*arguments: str, cwd: Path) -> tuple[dict, str]:
     """A vramtune command's --json answer and what it said, run as a user runs it."""
     done = subprocess.run([sys.executable, "-m", "vramtune", *arguments, "--json"], cwd=cwd, capture_output=True,
-                          text=True, timeout=900, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+                          text=True, timeout=HUNG, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), " ".join(done.stderr.split())
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import HUNG
 
 COUNT = """import sys, time
 import numpy as np
@@ -31,7 +32,7 @@ base = counted("Allocated", 0)
 batches = iter(DataLoader(Random(), batch_size=4, num_workers=workers, use_shared_memory=shared, return_list=True))
 held = next(batches)
 expected = read_ahead(workers, shared, on_cpu=True) + (0 if workers and shared else 1)  # and the one trained on
-deadline = time.time() + 900  # until the loader has read all it reads ahead (its thread and workers fill it)
+deadline = time.time() + 1800  # (HUNG) until the loader has read all it reads ahead (its thread and workers fill it)
 while (counted("Allocated", 0) - base) // BATCH < expected and time.time() < deadline:
     time.sleep(0.1)
 time.sleep(1)  # and no more after it
@@ -43,7 +44,7 @@ print("COUNTED", (counted("Allocated", 0) - base) / BATCH, expected)
 @pytest.mark.parametrize(("workers", "shared"), [(0, False), (2, False), (2, True)])
 def test_read_ahead_is_what_the_allocator_counts(workers, shared):
     done = subprocess.run([sys.executable, "-c", COUNT, str(workers), str(int(shared))], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HUNG)
     assert done.returncode == 0, done.stderr[-3000:]
     counted, expected = done.stdout.split("COUNTED")[1].split()
     assert float(counted) == pytest.approx(int(expected), abs=0.05)

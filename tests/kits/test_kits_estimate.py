@@ -9,6 +9,7 @@ from pathlib import Path
 
 import kit_client as client
 import pytest
+from conftest import HUNG
 from fakes import FakeDevice, MiB
 
 OCR, CLAS = client.kit("PaddleOCR"), client.kit("PaddleClas")
@@ -84,7 +85,7 @@ def test_a_bad_override_is_bad_input(fake_cli):
 def run_vramtune(*arguments: str, cwd: Path) -> dict:
     """A vramtune command's --json answer, run as a user runs it (in the kit's checkout)."""
     done = subprocess.run([sys.executable, "-m", "vramtune", *arguments, "--json"], cwd=cwd, capture_output=True,
-                          text=True, timeout=900, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+                          text=True, timeout=HUNG, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

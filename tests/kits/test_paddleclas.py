@@ -12,6 +12,7 @@ from pathlib import Path
 import kit_client as client
 import pytest
 import yaml
+from conftest import HUNG
 from fakes import FakeDevice, MiB
 
 from vramtune.core.report import Tuned
@@ -110,7 +111,7 @@ def diff(before: Path, after: Path) -> list[str]:
 
 def vramtune(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vramtune", *arguments], cwd=cwd, capture_output=True, text=True,
-                          timeout=1200, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+                          timeout=HUNG, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
 
 
 def clas_dataset(folder: Path, train: int, evaluate: int) -> list[str]:

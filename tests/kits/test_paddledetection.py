@@ -13,6 +13,7 @@ from pathlib import Path
 
 import kit_client as client
 import pytest
+from conftest import HUNG
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
@@ -138,7 +139,7 @@ def kit_config(config: Path, options: list[str]) -> dict:
               "print('CONFIG', json.dumps({k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() "
               "if type(v).__name__ != 'SchemaDict' or len(v)}, default=str))")
     done = subprocess.run([sys.executable, "-c", script, str(config), *options], capture_output=True, text=True,
-                          timeout=300, env={**client.child_env(), "PYTHONPATH": ":".join(
+                          timeout=HUNG, env={**client.child_env(), "PYTHONPATH": ":".join(
                               [str(CHECKOUT), *filter(None, [os.environ.get("PYTHONPATH")])])})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.split("CONFIG ", 1)[1])
@@ -203,14 +204,14 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     options = [*RUN, "TrainReader.batch_size=4"]
     done = subprocess.run([sys.executable, "-m", "vramtune", "measure", str(CHECKOUT / PPYOLOE), "--device", "cpu",
                            "--budget", "3GiB", "--micro-batch", "4", "--json", *[f"-O{option}" for option in options]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     probed = json.loads(done.stdout)["peak_bytes"]
     data = coco_dataset(tmp_path / "data", 16, 352, 20)
     peak, _ = client.run_train(CHECKOUT, CHECKOUT / PPYOLOE, [*options, "pretrain_weights=null",
                                                               f"save_dir={tmp_path / 'out'}", *data], tmp_path,
-                               timeout=1200, one_flag=True)
+                               one_flag=True)
     # measured (4 workers, batch 4): probe 510,426,504 B, the kit 505,472,212 B (-0.97%): the batch it trains on is
     # in shared memory too, which Paddle's host allocator never counts (4.9 MB of images)
     assert abs(peak - probed) / probed < 0.02, (peak, probed)
@@ -244,7 +245,7 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
     options = [*RUN, "worker_num=0"]
     done = subprocess.run([sys.executable, "-m", "vramtune", "apply", str(config), "--device", "cpu", "--budget",
                            "400MiB", "-o", str(out), "--json", *[f"-O{option}" for option in options]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     exported = json.loads(done.stdout)["exported"]
@@ -254,7 +255,7 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
     data = coco_dataset(tmp_path / "data", 16, 352, 20)
     peak, _ = client.run_train(config.parents[2], out, [*options, "pretrain_weights=null",
                                                         f"save_dir={tmp_path / 'out'}", *data], tmp_path,
-                               timeout=1200, one_flag=True)
+                               one_flag=True)
     # measured: probe 332,395,684 B, the kit 332,379,404 B
     assert abs(peak - exported["peak_bytes"]) / exported["peak_bytes"] < 0.02, (peak, exported["peak_bytes"])
 
@@ -267,7 +268,7 @@ def test_estimate_counts_the_kits_model_whose_initialisers_fill_parameters_in_pl
     """ppdet's PPYOLOEHead fills its parameters at construction (set_value), which paddle.LazyGuard's cannot take:
     the source builds them eagerly; estimate's count and its overrides in the kit's -o (merged as ppdet merges)."""
     done = subprocess.run([sys.executable, "-m", "vramtune", "estimate", str(CHECKOUT / PPYOLOE), "--card", "1GiB",
-                           f"-O{SMALL}"], cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                           f"-O{SMALL}"], cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     said = " ".join((done.stdout + done.stderr).split())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import kit_client as client
 import pytest
+from conftest import HUNG
 import yaml
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
@@ -94,7 +95,7 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     out = tmp_path / "rec.tuned.yml"
     done = subprocess.run([sys.executable, "-m", "vramtune", "apply", str(CHECKOUT / MOBILE), "--device", "cpu",
                            "--budget", "950MiB", "-o", str(out), "--json", *[f"-O{o}" for o in shape]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     answer = json.loads(done.stdout)
@@ -162,7 +163,7 @@ def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
 
     def vramtune(*arguments: str) -> dict:
         done = subprocess.run([sys.executable, "-m", "vramtune", *arguments, "--json", *flags], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=1800, env=env)
+                              capture_output=True, text=True, timeout=HUNG, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout)
 
@@ -216,7 +217,7 @@ def test_the_kits_own_train_holds_what_its_dataloader_reads_ahead_as_the_probe_d
     shape = ["Train.loader.batch_size_per_card=16", "Global.eval_batch_step=[0,100000]"]  # never evaluates
     done = subprocess.run([sys.executable, "-m", "vramtune", "measure", str(CHECKOUT / EN_V3), "--device", "cpu",
                            "--budget", "8GiB", "-m", "16", "--json", *[f"-O{o}" for o in [*shape, NO_WORKERS]]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     probed = json.loads(done.stdout)["peak_bytes"]

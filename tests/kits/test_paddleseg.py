@@ -14,6 +14,7 @@ from pathlib import Path
 import kit_client as client
 import pytest
 import yaml
+from conftest import HUNG
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
@@ -128,7 +129,7 @@ def kit_config(checkout: Path, config: Path) -> dict:
     """The config as the kit's own Config reads it (its checker's rules applied), in a child with Paddle."""
     script = ("import json, sys\nfrom paddleseg.cvlibs import Config\n"
               "print('CONFIG', json.dumps(Config(sys.argv[1]).dic, default=str))")
-    done = subprocess.run([sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "PYTHONPATH": str(checkout)})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.split("CONFIG ", 1)[1])
@@ -150,7 +151,7 @@ def test_the_kits_config_loads_the_tuned_file_with_only_batch_size_changed(fake_
 
 def vramtune(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vramtune", *arguments], cwd=cwd, capture_output=True, text=True,
-                          timeout=1200, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+                          timeout=HUNG, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
 
 
 def seg_dataset(folder: Path, count: int, side: int) -> list[str]:
@@ -179,7 +180,7 @@ def run_train(config: Path, options: list[str], work: Path) -> int:
     env = {**client.child_env(), "PYTHONPATH": os.pathsep.join([str(hook), str(CHECKOUT)])}
     arguments = [sys.executable, "tools/train.py", "--config", str(config), "--device", "cpu", "--iters", "4",
                  "--save_dir", str(work / "out"), "--log_iters", "1", "--opts", *options]
-    done = subprocess.run(arguments, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(arguments, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=HUNG)
     output = done.stdout + done.stderr
     found = client.PEAK.findall(output)
     assert done.returncode == 0 and found, f"tools/train.py failed ({done.returncode}):\n{output[-4000:]}"

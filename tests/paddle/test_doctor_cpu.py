@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import HUNG
 
 from vramtune.core.records import Device
 from vramtune.doctor.base import device_arg
@@ -43,7 +44,7 @@ PARENT = textwrap.dedent("""
 @pytest.mark.slow(15)
 def test_doctor_on_this_cpu_measures_what_applies_and_saves_it(private_cache):
     """The whole command, its parent with Paddle blocked: only the checks' children import it."""
-    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=HUNG, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     ran = json.loads(done.stdout.strip().splitlines()[-1])
     code, out, err = ran["code"], ran["out"], ran["err"]

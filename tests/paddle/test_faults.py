@@ -255,7 +255,7 @@ def test_a_killed_rank_is_classified_and_the_other_rank_ends(cli, write_spec):
 
 def test_interrupting_a_two_rank_probe_leaves_nothing_running(write_spec, tmp_path, private_cache):
     pid_file = tmp_path / "rank1.pid"
-    path = write_spec(two_rank_fault("hang", timeout=300, pid_file=str(pid_file)))
+    path = write_spec(two_rank_fault("hang", timeout=HUNG, pid_file=str(pid_file)))
     process = _start_probe(path)
     assert wait_until(pid_file.exists)  # rank 1's model is hanging
     grandchild, rank = map(int, pid_file.read_text().split())
@@ -267,7 +267,7 @@ def test_interrupting_a_two_rank_probe_leaves_nothing_running(write_spec, tmp_pa
 
 def test_a_killed_parent_takes_its_ranks_with_it(write_spec, tmp_path):
     pid_file = tmp_path / "rank1.pid"
-    path = write_spec(two_rank_fault("hang", timeout=300, pid_file=str(pid_file)))
+    path = write_spec(two_rank_fault("hang", timeout=HUNG, pid_file=str(pid_file)))
     process = _start_probe(path)
     assert wait_until(pid_file.exists)
     grandchild, rank = map(int, pid_file.read_text().split())
@@ -280,7 +280,7 @@ def test_a_killed_parent_takes_its_ranks_with_it(write_spec, tmp_path):
 def _hanging_measure(write_spec, tmp_path) -> tuple[subprocess.Popen, int, int]:
     """`vramtune measure` on a model that hangs (and starts a grandchild): (process, grandchild, worker pid)."""
     pid_file = tmp_path / "hang.pid"
-    spec = fault_spec("hang", lo=8, timeout=300)
+    spec = fault_spec("hang", lo=8, timeout=HUNG)
     spec["model"]["kwargs"]["pid_file"] = str(pid_file)
     process = subprocess.Popen([sys.executable, "-m", "vramtune", "measure", str(write_spec(spec)), "--micro-batch",
                                 "64", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SPECS, needs_paddlenlp
+from conftest import HUNG, ROOT, SPECS, needs_paddlenlp
 
 pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
@@ -34,7 +34,7 @@ def tune(cli, path, *flags):
 
 def trainer_peak(path, cwd) -> dict:
     done = subprocess.run([sys.executable, str(RUNNER), str(path)], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+                          timeout=HUNG)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
