@@ -23,6 +23,9 @@ CHECKOUT = client.kit("PaddleOCR")
 needs_kit = pytest.mark.skipif(CHECKOUT is None, reason=f"no PaddleOCR checkout in {client.KITS}")
 MOBILE = "configs/rec/PP-OCRv5/PP-OCRv5_mobile_rec.yml"
 SERVER = "configs/rec/PP-OCRv5/PP-OCRv5_server_rec.yml"
+# the heads sized for en_dict's 95 characters, not the shipped 18,383: the probes and the kit's run train every scale
+# as they would, in half the time (15.3 M parameters, not 31.5 M)
+EN_DICT = "Global.character_dict_path=ppocr/utils/en_dict.txt"
 
 
 @needs_kit
@@ -88,13 +91,16 @@ NO_WORKERS = "Train.loader.num_workers=0"  # the loader's thread reads ahead in 
 @needs_kit
 @pytest.mark.paddle
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
-@pytest.mark.slow(100)
+@pytest.mark.slow(42)
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
-    """PP-OCRv5 mobile at first_bs 4 (scales 32/48/64 px high at 4/2/2): a budget that fits first_bs 2 only."""
+    """PP-OCRv5 mobile at first_bs 4 (scales 32/48/64 px high at 4/2/2; EN_DICT): a budget that fits first_bs 2
+    only (the search stops there: accumulation beyond 2, first_bs 1 x 4, would only be measured for its speed).
+    Measured: first_bs 4 731.0 MiB, 2 486.5 MiB (its evaluation at 4: 274.2 MiB)."""
     shape = ["Train.sampler.first_bs=4", "Eval.loader.batch_size_per_card=4"]
     out = tmp_path / "rec.tuned.yml"
     done = subprocess.run([sys.executable, "-m", "vramtune", "apply", str(CHECKOUT / MOBILE), "--device", "cpu",
-                           "--budget", "950MiB", "-o", str(out), "--json", *[f"-O{o}" for o in shape]],
+                           "--budget", "650MiB", "--max-accumulation", "2", "-o", str(out), "--json",
+                           *[f"-O{o}" for o in [*shape, EN_DICT]]],
                           cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -102,17 +108,19 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     exported = answer["exported"]
     assert exported["micro_batch"] == 2 and exported["eval_batch"] == 4
     assert any("effective batch falls from 4 to 2" in warning for warning in answer["warnings"])
-    # first_bs is anchored (&bs) and aliased by batch_size_per_card: the anchor moves, the alias follows
+    # first_bs is anchored (&bs) and aliased by batch_size_per_card: the anchor moves, the alias follows; the
+    # dictionary is the user's override, passed again (the warnings say so), not written
     assert diff(CHECKOUT / MOBILE, out) == [
-        "+# vramtune: tuned for a budget of 950.0 MiB (996147200 bytes); `vramtune check FILE` gates it in CI",
+        f"+# vramtune: tuned for a budget of 650.0 MiB (681574400 bytes); `vramtune check FILE -O {EN_DICT}` gates "
+        "it in CI",
         "-    first_bs: &bs 128", "+    first_bs: &bs 2",
         "-    batch_size_per_card: 128", "+    batch_size_per_card: 4"]
     tuned = yaml.safe_load(out.read_text())
     assert tuned["Train"]["loader"]["batch_size_per_card"] == 2
 
-    characters = (CHECKOUT / "ppocr/utils/dict/ppocrv5_dict.txt").read_text(encoding="utf-8").split("\n")[:10]
+    characters = (CHECKOUT / "ppocr/utils/en_dict.txt").read_text(encoding="utf-8").split("\n")[:10]
     options = ocr_dataset(tmp_path / "data", train=4, evaluate=4, characters=characters)
-    peak, output = client.run_train(CHECKOUT, out, options, tmp_path, one_flag=True)
+    peak, output = client.run_train(CHECKOUT, out, [*options, EN_DICT], tmp_path, one_flag=True)
     assert "eval model" in output
     probed = max(exported["peak_bytes"], exported["eval_peaks"]["4"])
     assert abs(peak - probed) / probed < 0.05, (peak, probed)
