@@ -9,8 +9,8 @@ from pathlib import Path
 
 import kit_client as client
 import pytest
-from conftest import HUNG
 import yaml
+from conftest import HUNG
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
@@ -151,17 +151,17 @@ def test_the_copies_tools_program_keeps_aside_with_ema(options, copies):
     assert kept_copies(apply_options(raw, ["Global.use_ema=false"], KIT.value)) == 0
 
 
-# three epochs of 3 steps, evaluated every 2 steps: from the first evaluation the steps hold its copy of the state,
-# from epoch 2 the `latest` and `iter_epoch` saves' too (tools/program.py keeps each in a local)
-EMA_RUN = ["Global.epoch_num=3", "Global.save_epoch_step=1", "Global.eval_batch_step=[0,2]"]
+# two epochs of 3 steps, evaluated every 2 steps: from the first evaluation the steps hold its copy of the state,
+# in epoch 2 the `latest` and `iter_epoch` saves' too (tools/program.py keeps each in a local)
+EMA_RUN = ["Global.epoch_num=2", "Global.save_epoch_step=1", "Global.eval_batch_step=[0,2]"]
 
 
 @needs_kit
 @pytest.mark.paddle
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
+@pytest.mark.slow(70)
 def test_ema_is_measured_and_the_kits_own_train_agrees(tmp_path):
     """Global.use_ema: the kit's ModelEMA (fp32 shadows of the model's state, a tensor for each of its keys) and the
-@pytest.mark.slow(70)
     3 deep copies of the state tools/program.py's swaps leave aside (each tensor once: the weights' bytes here) are in
     the probe's training peak above the same config without EMA; its evaluation of the EMA's weights in the
     evaluation peak; the kit's own tools/train.py on the exported file peaks where the probe did."""
