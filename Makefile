@@ -75,6 +75,7 @@ test-load: install install26
 
 lint: install
 	$(BIN)/ruff check vramtune tests bench examples
+	$(BIN)/lint-imports
 
 # bench/run.py's first spec is bert-mini (PaddleNLP): it runs in .venv26.
 bench: install install26

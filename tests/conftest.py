@@ -234,6 +234,19 @@ def mlp_spec(**changes) -> dict:
     return spec
 
 
+def formers_demo(folder: Path, *edits: tuple[str, str], name: str = "sft.yaml") -> Path:
+    """The demo PaddleFormers config (configs/formers-sft-lora-cpu.yaml), its model folder absolute, each (old, new)
+    replaced, written in `folder` (its data absent: no Paddle reads it in the fast tests); its path."""
+    text = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text().replace("./tests/specs/formers/llama",
+                                                                        str(SPECS / "formers" / "llama"))
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
 def fault_spec(mode: str, lo: int = 1, hi: int = 1 << 30, timeout: float = HUNG, budget="64MiB", **more) -> dict:
     """A tiny model from tests/faults that misbehaves (`mode`) for micro-batches in (lo, hi]."""
     spec = {

@@ -65,6 +65,8 @@ class FakeDevice:
     overflows: tuple[str, ...] = ()  # number formats whose loss goes non-finite at every size (fp16-safe trains)
     safe_speed: float = 0.9  # fp16-safe's speed over fp16's (its overflow-prone ops in fp32)
     amp_unsupported: dict[str, str] = field(default_factory=dict)
+    free_bytes: int | None = None  # what the card had free when described (None: not said)
+    holders: list[int] = field(default_factory=list)  # the processes computing on it then
     countable: bool = True  # the lazy count can build the model (a python factory that cannot be built lazily: no)
     config: dict | None = None  # a config.json of the model's sizes, for the activation prior (None: no prior)
     seq: int = 0  # the sequence length the prior is computed at
@@ -72,7 +74,8 @@ class FakeDevice:
     calls: list[Strategy] = field(default_factory=list)
 
     def device(self) -> Device:
-        return Device(self.kind, 0, self.name, self.card_bytes, "0.0-fake", dict(self.amp_unsupported), count=8)
+        return Device(self.kind, 0, self.name, self.card_bytes, "0.0-fake", dict(self.amp_unsupported), count=8,
+                      free_bytes=self.free_bytes, holders=list(self.holders))
 
     def peak(self, s: Strategy) -> float:
         level = level_of(s.precision)

@@ -10,8 +10,6 @@ before data parallel and sharding, as PaddleNLP's Trainer does, and to_static co
 too."""
 from __future__ import annotations
 
-from typing import Any
-
 from vramtune.dialects.base import Dialect, Format
 from vramtune.dialects.kits import dialect as kits
 from vramtune.dialects.kits import paddleclas, paddledetection, paddleocr, paddleseg
@@ -43,10 +41,3 @@ SOURCES: dict[str, Source] = {source.name: source for source in (
 
 DIALECTS: tuple[Dialect, ...] = (formers_dialect.DIALECT, paddlenlp_dialect.DIALECT, kits.DIALECT, spec_dialect.DIALECT)
 FORMATS: dict[str, Format] = {f.name: f for dialect in DIALECTS for f in (dialect.format, *dialect.formats)}
-
-
-def fixed_fields(settings: dict[str, Any]) -> dict[str, Any]:
-    """The strategy fields the spec's settings (by mechanism name) fix for the whole run (the devices)."""
-    return {key: value for m in MECHANISMS for key, value in m.fixed(settings.get(m.name)).items()}
-
-

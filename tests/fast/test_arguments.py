@@ -180,7 +180,8 @@ WRITTEN = {
 
 def round_trip_and_direct(spec, kind):
     """The strategy the round trip through apply's writer reads (None where it reads none) and the codec's."""
-    from vramtune.checking.stated import written_as
+    from round_trip import written_as
+
     from vramtune.dialects.paddlenlp.codec import stated
 
     try:

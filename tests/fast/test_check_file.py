@@ -8,13 +8,12 @@ import json
 import shutil
 
 import pytest
-from conftest import CONFIGS, SPECS, needs_paddlenlp
+from conftest import CONFIGS, SPECS, formers_demo, needs_paddlenlp
 from fakes import FakeDevice, MiB
 
 from vramtune.dialects.recorded import recorded_budget, with_budget_line
 from vramtune.spec.files import OPTIONS_ELSEWHERE
 
-DEMO = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text()
 MEASURED = ("  0.060s per optimizer step, 66.7 samples/s, loss 1.0\n"  # the fake device's m=2 k=2
             "  repeated blocks found: 4\n")
 
@@ -25,14 +24,8 @@ def formers_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
     def write(*edits: tuple[str, str], name: str = "sft.yaml"):
-        text = DEMO.replace("./tests/specs/formers/llama", str(SPECS / "formers" / "llama"))
-        for old, new in (("per_device_train_batch_size: 4", "per_device_train_batch_size: 2"),
-                         ("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2"), *edits):
-            assert old in text
-            text = text.replace(old, new)
-        path = tmp_path / name
-        path.write_text(text)
-        return path
+        return formers_demo(tmp_path, ("per_device_train_batch_size: 4", "per_device_train_batch_size: 2"),
+                            ("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2"), *edits, name=name)
     return write
 
 

@@ -54,7 +54,7 @@ class FakeChecks:
                     "peak_reserved": 64 * MiB if gpu_card else None, "fresh_peak": 0, "resets": True,
                     "after_free": 0, "after_reset": 0}
         if name == "budget":
-            return {"limit_mb": 256, "allocated_mb": 256, "raised": OOM, "classified": "oom"}
+            return {"limit_mb": 256, "allocated_mb": 256, "raised": OOM, "classified": "oom", "seconds": 0.01}
         if name == "amp" and part == "dtypes":
             half = {"fp16": "float16", "bf16": "bfloat16"}
             return {p: {"o1_matmul": half[p] if gpu_card else "float32", "o2_weight": half[p] if gpu_card else
@@ -126,7 +126,7 @@ def test_doctor_on_a_gpu_passes_every_check_and_saves_its_json(doctor_cli, priva
     assert "bf16-O2 peak 0.72 of fp32's, activations x0.50" in amp["figure"]
     assert "GradScaler stepped on a finite step, skipped an inf step (scale 512.0)" in amp["figure"]
     assert result["checks"][6]["figure"].endswith("reserved 66.0 MiB (+10.0%)")  # 8% more, in 2 MiB blocks
-    assert ("budget", "", {"FLAGS_gpu_memory_limit_mb": "256"}) in checks.runs
+    assert ("budget", "", {"FLAGS_gpu_memory_limit_mb": "256", "FLAGS_gpu_allocator_retry_time": "0"}) in checks.runs
     (path,) = private_cache.glob("doctor/*.json")
     assert path.name == "gpu-fake-A100-80GB-paddle-0.0-fake.json"
     assert json.loads(path.read_text())["checks"] == result["checks"]
@@ -152,6 +152,8 @@ GPU_FAILS = [
      "allocated 512 MiB under a 256 MiB limit without an error", "the budget is not enforced"),
     ("budget", "", {"raised": "RuntimeError: CUDA error 2", "classified": "crashed"}, "classified crashed",
      "vramtune does not recognise this error as out-of-memory"),
+    ("budget", "", {"seconds": 10.02}, "classified oom, raised after 10.0s",
+     "the allocator retried before raising (Paddle's RetryAllocator"),
     ("amp", "dtypes", {"fp16": {"o1_matmul": "float32", "o2_weight": "float16", "o2_masters": ["float32"],
                                 "o2_master_count": 2, "parameters": 2}},
      "fp16 O1 matmul float32", "auto_cast O1 does not cast a matmul to float16"),
@@ -222,11 +224,11 @@ def test_probe_on_a_gpu_runs_the_gating_checks_once_per_device_and_paddle_versio
     spec = gpu_spec(write_spec)
     code, _, err = cli("probe", spec, "--fresh")
     assert code == 0, err
-    assert [name for name, _, _ in checks.runs] == ["device", "counters", "budget"]
-    assert ("doctor: first measurement on fake A100 80GB with Paddle 0.0-fake: checking device, counters, budget "
-            "(once per device and Paddle version)") in err
+    assert [name for name, _, _ in checks.runs] == ["device", "counters", "budget", "allocator"]
+    assert ("doctor: first measurement on fake A100 80GB with Paddle 0.0-fake: checking device, counters, budget, "
+            "allocator (once per device and Paddle version)") in err
     code, _, err = cli("measure", spec, "--micro-batch", "8")
-    assert code == 0 and len(checks.runs) == 3 and "doctor:" not in err  # saved: not checked again
+    assert code == 0 and len(checks.runs) == 4 and "doctor:" not in err  # saved: not checked again
 
 
 def test_a_failed_gating_check_stops_probe_before_its_first_probe_with_one_message_exit_2(doctor_cli, write_spec,
@@ -358,3 +360,53 @@ class Offload(Check):
         return Verdict(PASS if moved else FAIL, f"{moved} bytes moved", "" if moved else "offload saves nothing")
 
 
+
+
+def test_an_allocator_pooling_up_front_stops_a_gpu_probe_before_any_job(doctor_cli, write_spec):
+    """naive_best_fit reserves a pool up front: every reserved peak would be the pool's size (issue 37, item 10)."""
+    cli, backend, checks = doctor_cli(gpu("fake A100 80GB", 80, per_sample=MiB / 20, noise=0.0))
+    checks.faults[("allocator", "")] = {"strategy": "naive_best_fit"}
+    code, out, err = cli("probe", gpu_spec(write_spec))
+    assert (code, out, backend.jobs) == (2, "", [])
+    assert "error: vramtune doctor: the allocator check failed on fake A100 80GB" in err
+    assert "FLAGS_allocator_strategy=naive_best_fit" in err
+
+
+def test_the_ranks_are_checked_before_the_first_multi_rank_probe_only(doctor_cli, write_spec):
+    cli, backend, checks = doctor_cli(gpu("fake A100 80GB", 80, per_sample=MiB / 20, noise=0.0))
+    checks.faults[("ranks", "")] = CheckRun("crashed", {}, "NCCL error: unhandled system error")
+    spec = gpu_spec(write_spec)
+    code, _, err = cli("measure", spec, "--micro-batch", "8")
+    assert code == 0 and "ranks" not in [name for name, _, _ in checks.runs], err  # one rank: not needed
+    code, out, err = cli("measure", spec, "--micro-batch", "8", "--devices", "2")
+    assert (code, out) == (2, "") and len(backend.jobs) == 1, err  # the single-rank probe's job only
+    assert "error: vramtune doctor: the ranks check failed on fake A100 80GB" in err
+    assert "NCCL error: unhandled system error" in err
+
+
+def test_the_allocator_is_checked_again_when_its_environment_changes(doctor_cli, write_spec, monkeypatch):
+    cli, _, checks = doctor_cli(gpu("fake A100 80GB", 80, per_sample=MiB / 20, noise=0.0))
+    spec = gpu_spec(write_spec)
+    assert cli("measure", spec, "--micro-batch", "8")[0] == 0
+    assert [name for name, _, _ in checks.runs] == ["device", "counters", "budget", "allocator"]
+    monkeypatch.setenv("FLAGS_allocator_strategy", "naive_best_fit")  # exported after the saved pass
+    checks.faults[("allocator", "")] = {"strategy": "naive_best_fit", "env": {"FLAGS_allocator_strategy":
+                                                                              "naive_best_fit"}}
+    code, _, err = cli("measure", spec, "--micro-batch", "8")
+    assert code == 2 and [name for name, _, _ in checks.runs][4:] == ["device", "allocator"], err
+    assert "checking allocator (FLAGS_allocator_strategy=naive_best_fit: not what it was checked under)" in err
+
+
+def test_a_small_dev_shm_stops_a_multi_rank_gpu_probe_with_the_remedies(doctor_cli, write_spec, monkeypatch):
+    import os
+
+    cli, backend, _ = doctor_cli(gpu("fake A100 80GB", 80, per_sample=MiB / 20, noise=0.0))
+    small = os.statvfs_result((4096, 4096, 16384, 16384, 16384, 0, 0, 0, 0, 255))  # 64 MiB, Docker's default
+    monkeypatch.setattr("vramtune.doctor.ranks.os.statvfs", lambda path: small)
+    monkeypatch.delenv("NCCL_SHM_DISABLE", raising=False)
+    code, _, err = cli("measure", gpu_spec(write_spec), "--micro-batch", "8", "--devices", "2")
+    assert code == 2 and backend.jobs == [], err
+    assert ("/dev/shm holds 64.0 MiB: NCCL's shared-memory transport between the ranks needs more (at least 512.0 MiB); "
+            "run the container with --shm-size=1g or more, or set NCCL_SHM_DISABLE=1") in err
+    monkeypatch.setenv("NCCL_SHM_DISABLE", "1")
+    assert cli("measure", gpu_spec(write_spec), "--micro-batch", "8", "--devices", "2")[0] == 0

@@ -814,7 +814,8 @@ def test_the_activation_prior_of_a_model_folder_is_the_analytic_models_and_flash
     an architecture the analytic model does not know, has no prior."""
     from conftest import SPECS
 
-    from vramtune.memory.prior import activation_prior, model_prior
+    from vramtune.memory.prior import model_prior
+    from vramtune.sources.base import Source
 
     folder = str(SPECS / "formers" / "llama")
     assert model_prior(folder, 78, "eager", "cpu") == pytest.approx(2 * 501_059.52 + 388_486.8)
@@ -823,7 +824,7 @@ def test_the_activation_prior_of_a_model_folder_is_the_analytic_models_and_flash
     assert model_prior(folder, 78, "eager", "gpu") == pytest.approx(2 * 501_059.52 + 388_486.8)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
     assert model_prior(str(tmp_path), 78, "eager", "gpu") is None
-    assert activation_prior(object(), "gpu") is None
+    assert Source().model_shape(object()) is None  # a source without a model folder: no prior
 
 
 def test_a_skip_by_a_tie_says_so_and_a_slower_one_says_no_faster():

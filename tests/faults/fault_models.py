@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import paddle
 import paddle.nn as nn
 
@@ -57,6 +58,7 @@ class Faulty(nn.Layer):
                 time.sleep(0.05)
         elif self.mode == "raise":
             raise RuntimeError("the model's forward failed")
+
         elif self.mode == "exit_oom":  # dies without a result, having said why on stderr (as a CUDA OOM abort does)
             sys.stderr.write("ResourceExhausted: Out of memory error on GPU 0. Cannot allocate 2.000000GB\n")
             sys.stderr.flush()
@@ -74,3 +76,18 @@ def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | No
     if mode == "not_a_layer":
         return "a string"
     return Faulty(mode, lo, hi, pid_file, rank, once)
+
+
+class Unconvertible(nn.Layer):
+    """Trains in eager mode; paddle.jit.to_static(full_graph=True) cannot convert its forward (a NumPy detour)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.linear(x) + paddle.to_tensor(np.asarray(x.numpy()).mean())
+
+
+def unconvertible() -> nn.Layer:
+    return Unconvertible()

@@ -1,5 +1,5 @@
 """The strategy a PaddleFormers config states, read from its keys (the dialect's `stated`, what `check` and `measure`
-take), is the one the round trip through apply's writer reads (checking/stated.py written_as) wherever that reads
+take), is the one the round trip through apply's writer reads (tests/round_trip.py written_as) wherever that reads
 one: over configs on the model folders of tests/specs/formers (and a 4-layer qwen3, a config.json without
 num_hidden_layers), the demo config and the files `apply` writes, on a CPU and on a GPU. Where the round trip reads
 none ("no strategy it reads writes this file unchanged"), the direct read refuses too, naming the key. No Paddle."""
@@ -12,8 +12,8 @@ import pytest
 from conftest import CONFIGS, ROOT
 from fakes import FakeDevice, MiB
 from formers_client import FORMERS, config_text
+from round_trip import written_as
 
-from vramtune.checking.stated import written_as
 from vramtune.core.reading import SpecError
 from vramtune.core.strategy import FIELDS, Strategy
 from vramtune.dialects.paddleformers.stated import stated

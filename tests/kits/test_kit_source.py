@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.kits.source import kit_code
-from vramtune.sources.base import BuildError
 
 
 def test_a_kit_that_cannot_be_imported_is_one_message_and_its_checkout_leaves_the_path(tmp_path):

@@ -1,5 +1,5 @@
 """The strategy a kit config states (`Dialect.stated`, what `check` and `measure` measure), read as the kit reads it:
-the same strategy as the round trip through apply's writer (checking/stated.py `written_as`) wherever the round trip
+the same strategy as the round trip through apply's writer (tests/round_trip.py `written_as`) wherever the round trip
 reads the file, over the kit configs the tests use and over the files `apply` writes. Besides, it reads what the
 round trip cannot: a batch in a `_base_` file or set by the config's overrides (issue 40, rough edge 1). Two
 readings are the kit's own where the round trip's differ: a CPU trains fp32 whatever the AMP keys say (Paddle's AMP
@@ -14,8 +14,9 @@ from pathlib import Path
 import kit_client as client
 import pytest
 from fakes import FakeDevice, MiB
+from round_trip import written_as
 
-from vramtune.checking.stated import stated_strategy, written_as
+from vramtune.checking.stated import stated_strategy
 from vramtune.core.strategy import Strategy
 from vramtune.dialects.recorded import recorded_options
 from vramtune.spec import load_spec

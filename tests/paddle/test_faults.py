@@ -359,3 +359,17 @@ def test_warmup_waits_for_the_optimizer_state_when_the_scaler_skips_steps(tmp_pa
     result = run_probe(job)
     assert result["optimizer_state"] is True and result["status"] == "measured", result
     assert result["optimizer_bytes"] > 0
+
+
+def test_a_model_to_static_cannot_convert_is_unsupported_with_the_reason(cli, write_spec):
+    """The conversion fails at the compiled model's first call (Tensor.numpy() in its forward): `unsupported`, its
+    reason said, where eager measures the same model."""
+    spec = fault_spec("none")
+    spec["model"] = {"source": "python", "factory": "fault_models:unconvertible"}
+    spec = write_spec(spec)
+    code, out, err = cli("measure", spec, "-m", 8, "--to-static", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["status"] == "unsupported", err
+    assert result["error"].startswith("to_static: the model cannot be converted: ")
+    code, out, _ = cli("measure", spec, "-m", 8, "--json")
+    assert code == 0 and json.loads(out)["status"] == "fits"

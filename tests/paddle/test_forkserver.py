@@ -99,7 +99,7 @@ def test_measure_verbose_says_where_the_probe_time_went(cli):
     code, _, err = cli("measure", CONFIGS / "mlp-python-cpu.yaml", "--micro-batch", 256, "--verbose")
     assert code == 0, err
     line = err.splitlines()[-1].split()
-    assert line[0::2] == ["import", "build", "shape_check", "prepare", "warmup", "steps", "after", "rest"], err
+    assert line[0::2] == ["import", "build", "prepare", "shape_check", "warmup", "steps", "after", "rest"], err
     assert all(value.endswith("s") and float(value[:-1]) >= 0 for value in line[1::2])
 
 

@@ -39,20 +39,30 @@ class MemoryCounters:
             return hasattr(_cuda, "reset_max_memory_allocated") and hasattr(_cuda, "reset_max_memory_reserved")
         return hasattr(core, "host_memory_stat_reset_peak_value")
 
+    def synchronize(self) -> None:
+        """Wait for this device's queued work. `paddle.device.synchronize` with the device's own name: the deprecated
+        `paddle.device.cuda.synchronize(index)` makes GPU `index` current in the calling process (a CUDA context
+        there, outside every counter, for a rank on another GPU), and `paddle.device.synchronize` refuses an int."""
+        paddle.device.synchronize(f"gpu:{self.index}")
+
     def start(self) -> None:
         """Call right before the measured steps: peaks restart from the memory in use now, where Paddle can."""
         if not self.resets:
             return
         if self.kind == "gpu":
-            _cuda.synchronize(self.index)  # queued work first, so the reset sees what is really in use
+            self.synchronize()  # queued work first, so the reset sees what is really in use
             _cuda.reset_max_memory_allocated(self.index)
             _cuda.reset_max_memory_reserved(self.index)
         else:
             core.host_memory_stat_reset_peak_value("Allocated", self.index)
 
+    def reserved_now(self) -> int | None:
+        """What the GPU's allocator holds right now (None on CPU): at an out-of-memory, how far the probe got."""
+        return int(_cuda.memory_reserved(self.index)) if self.kind == "gpu" else None
+
     def peak(self) -> tuple[int, int | None]:
         """(peak allocated bytes, peak reserved bytes or None on CPU) since start(), or since process start."""
         if self.kind == "gpu":
-            _cuda.synchronize(self.index)
+            self.synchronize()
             return int(_cuda.max_memory_allocated(self.index)), int(_cuda.max_memory_reserved(self.index))
         return int(core.host_memory_stat_peak_value("Allocated", self.index)), None

@@ -1,5 +1,5 @@
-"""Devices: detection, total memory, and what each mechanism says the device cannot run (AMP's precisions, its
-`device_limits`). Imported only in child processes: touching CUDA in the parent would hold memory on the card the
+"""Devices: detection, total memory, and the AMP precisions the device cannot run (`Device.amp_unsupported`).
+Imported only in child processes: touching CUDA in the parent would hold memory on the card the
 probes measure. The GPU branch follows Paddle's `paddle.device.cuda` API (the same on 2.6 and 3.x); it is verified on
 CPU-only machines only as far as the shared code goes."""
 from __future__ import annotations
@@ -9,8 +9,9 @@ import platform
 
 import paddle
 
+from vramtune.core.gpu import pci_bus_ids
 from vramtune.core.records import Device
-from vramtune.plugins import MECHANISMS
+from vramtune.core.strategy import AMP_DTYPES
 
 
 class DeviceUnavailable(RuntimeError):
@@ -32,9 +33,24 @@ def _gpu_available() -> bool:
     return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
 
 
+CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
+              "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
+
+
 def _limits(kind: str, index: int) -> dict[str, str]:
-    """The values the device cannot run, and why, by every mechanism."""
-    return {value: why for mechanism in MECHANISMS for value, why in mechanism.device_limits(kind, index).items()}
+    """The AMP precisions the device cannot measure, and why: none on a CPU (Paddle's AMP is a no-op there), those a
+    GPU's Paddle build or compute capability lacks."""
+    if kind == "cpu":
+        return {dtype: CPU_REASON for dtype in AMP_DTYPES}
+    properties = paddle.device.cuda.get_device_properties(index)
+    name, place, unsupported = properties.name, f"gpu:{index}", {}
+    if not paddle.amp.is_float16_supported(place):
+        unsupported["fp16"] = f"{name} has no fp16 AMP support in this Paddle build"
+    elif properties.major < 7:  # auto_cast and decorate run fp32 there (paddle.amp, _is_gpu_float16_supported)
+        unsupported["fp16"] = f"{name} is below compute capability 7.0, where Paddle's fp16 AMP does nothing"
+    if not paddle.amp.is_bfloat16_supported(place):
+        unsupported["bf16"] = f"{name} has no bf16 support (needs compute capability 8.0+)"
+    return unsupported
 
 
 def describe(device: str) -> Device:
@@ -50,4 +66,16 @@ def describe(device: str) -> Device:
     index = int(device.split(":")[1]) if ":" in device else 0
     properties = paddle.device.cuda.get_device_properties(index)
     return Device("gpu", index, properties.name, int(properties.total_memory), version, _limits("gpu", index),
-                  paddle.device.cuda.device_count())
+                  paddle.device.cuda.device_count(), pci_bus_ids(), _free_bytes(index))
+
+
+def _free_bytes(index: int) -> int | None:
+    """What GPU `index` has free now for a process of its own (its CUDA context excluded, as a probe's is):
+    cudaMemGetInfo through Paddle's gpu_memory_available, which reads the current device (GPU builds only)."""
+    from paddle.base import core
+
+    if not hasattr(core, "gpu_memory_available"):
+        return None
+    paddle.set_device(f"gpu:{index}")
+    paddle.zeros([1])  # the device current, its context made
+    return int(core.gpu_memory_available())

@@ -18,6 +18,14 @@ def world_size() -> int:
     return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
 
 
+def device_ordinal(index: int) -> int:
+    """The GPU this process measures on: under `paddle.distributed.launch`, the one the launcher selected for this rank
+    (FLAGS_selected_gpus: what Paddle's ParallelEnv.device_id reads, so init_parallel_env's place is the same one);
+    otherwise `index`. Paddle's counters are per process and device: a rank reading another GPU's reads ~0."""
+    selected = os.environ.get("FLAGS_selected_gpus", "") if "PADDLE_TRAINER_ID" in os.environ else ""  # noqa: SIM112
+    return int(selected.split(",")[0]) if selected else index
+
+
 def die_with_launcher() -> None:
     """The launcher starts each rank in a session of its own; when the launcher dies (even by SIGKILL), Linux
     sends this rank SIGKILL."""

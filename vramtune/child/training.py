@@ -125,22 +125,28 @@ def optimizer_state_ready(name: str, optimizer: paddle.optimizer.Optimizer) -> b
     return any(len(slots) for slots in getattr(inner_optimizer(optimizer), "_accumulators", {}).values())
 
 
-def state_counts(model: paddle.nn.Layer, optimizer: Any) -> dict[str, int]:
-    """Bytes of the weights, their gradients (alive from backward on; kept zeroed between steps; as many bytes
-    as the trainable weights, half under O2) and this rank's optimizer state (Adam's moments, momentum's velocity,
-    O2's master weights)."""
-    def size(tensor: Any) -> int:
-        return int(tensor.numel()) * tensor.element_size()
+def held(tensor: Any) -> int:
+    """The bytes a tensor holds now, read from its metadata: 0 for none, or for one released (sharding stage 3 clears
+    the weights a rank does not own, whose numel() then raises; stage 2 releases the gradients it does not own)."""
+    if tensor is None or not tensor._is_initialized():
+        return 0
+    return int(tensor._numel()) * tensor.element_size()
 
+
+def state_counts(model: paddle.nn.Layer, optimizer: Any) -> dict[str, int]:
+    """Bytes this rank holds of the weights (with sharding stage 3's slice, `fw_storage`), their gradients (alive from
+    backward on, kept zeroed between steps; the fp32 `main_grad` under amp_master_grad; stage 3's slice,
+    `bw_storage`) and its optimizer state (Adam's moments, momentum's velocity, O2's master weights)."""
     inner = inner_optimizer(optimizer)
     accumulators = getattr(inner, "_accumulators", {})
     master_weights = getattr(inner, "_master_weights", {})  # O2: fp32 copies of the half weights
-    def gradient(parameter: Any) -> int:
-        """As many bytes as the weight, or its fp32 `main_grad` (amp_master_grad under O2)."""
-        main = getattr(parameter, "main_grad", None)
-        return size(main) if main is not None else size(parameter)
 
-    return {"weight_bytes": sum(size(p) for p in model.parameters()),
+    def gradient(parameter: Any) -> int:
+        main = getattr(parameter, "main_grad", None)
+        grad = main if main is not None else parameter._grad_ivar()
+        return held(grad) + held(getattr(parameter, "bw_storage", None))
+
+    return {"weight_bytes": sum(held(p) + held(getattr(p, "fw_storage", None)) for p in model.parameters()),
             "gradient_bytes": sum(gradient(p) for p in model.parameters() if not p.stop_gradient),
-            "optimizer_bytes": sum(size(t) for slots in accumulators.values() for t in slots.values())
-            + sum(size(t) for t in master_weights.values())}
+            "optimizer_bytes": sum(held(t) for slots in accumulators.values() for t in slots.values())
+            + sum(held(t) for t in master_weights.values())}

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+from vramtune.core.errors import BuildError
 from vramtune.core.files import write_atomic
 from vramtune.core.oom import is_oom
 from vramtune.core.records import Device, ProbeJob
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import short_error
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.sources.base import BuiltModel
 
 MAX_EXTRA_WARMUP = 8  # warmup steps added while the optimizer state does not exist yet
 STARTED = time.monotonic()  # when this process started (a forked probe: when it was forked)
@@ -65,8 +66,9 @@ class Run:
 
 
 def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel, Any]:
-    """The model, built and checked with one sample, then prepared by every mechanism (BuildError: bad input)."""
-    from vramtune.child.building import build_model, check_one_sample
+    """The model, built, prepared by every mechanism, then checked with one sample as it trains (BuildError: bad
+    input; KernelUnsupported: the strategy cannot run here)."""
+    from vramtune.child.building import build_model, built_dtype, check_one_sample
     from vramtune.child.preparing import configure, prepare
     from vramtune.child.training import make_optimizer
     from vramtune.plugins import SOURCES
@@ -76,16 +78,16 @@ def build(job: ProbeJob, strategy: Strategy, phases: Phases) -> tuple[BuiltModel
         importlib.import_module(module)
     phases.done("import")
     built = build_model(source, source.from_json(job.model), job.spec_dir,
-                        lambda config: configure(config, strategy, job.settings))
+                        lambda config: configure(config, strategy, job.settings), built_dtype(source, strategy))
     phases.done("build")
-    if job.check_sample:
-        check_one_sample(built)
-    phases.done("shape_check")
     built.model.train()
     prepared = prepare(built.model, lambda parameters: make_optimizer(job.optimizer, job.learning_rate, parameters,
                                                                       job.max_grad_norm), strategy, job.settings)
     prepared.runner.after_step = built.after_step
     phases.done("prepare")
+    if job.check_sample:
+        check_one_sample(built, prepared)
+    phases.done("shape_check")
     return built, prepared
 
 
@@ -125,16 +127,21 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     import paddle
 
     from vramtune.child import rank as ranks
+    from vramtune.child.building import kernel_unsupported
     from vramtune.child.counters import MemoryCounters
     from vramtune.child.training import state_counts
+    from vramtune.mechanisms.base import Unsupported
     from vramtune.plugins import MECHANISMS
 
     job = ProbeJob.from_json(job_data)
     device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
-    paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{device.index + ranks.rank()}")
+    ordinal = ranks.device_ordinal(device.index)  # this rank's GPU
+    paddle.set_device(device.paddle_device if device.kind == "cpu" else f"gpu:{ordinal}")
     paddle.seed(job.seed)  # every rank builds the same weights
     try:
         built, prepared = build(job, strategy, phases)
+    except Unsupported as error:
+        return {"status": "unsupported", "error": str(error), "phases": phases.seconds}
     except BuildError as error:
         return {"status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build",
                 "phases": phases.seconds}
@@ -144,7 +151,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     def loss_fn(data):
         return built.loss(prepared.network, data)
 
-    counters = MemoryCounters(device.kind, device.index)
+    counters = MemoryCounters(device.kind, ordinal)
     facts = {**prepared.facts, "phases": phases.seconds}
     losses: list[float] = []
     rebuilt = rebuild_stop(job, prepared.model, strategy)
@@ -169,9 +176,8 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
         phases.done("after")
     except Exception as error:
         if is_oom(error):
-            return {**facts, "status": "oom", "error": short_error(error)}
-        reason = None if losses else next(
-            (why for m in MECHANISMS if (why := m.failed_first_step(strategy, short_error(error)))), None)
+            return {**facts, "status": "oom", "error": short_error(error), "reserved_at_oom": counters.reserved_now()}
+        reason = str(error) if isinstance(error, Unsupported) else kernel_unsupported(error)
         return {**facts, "status": "unsupported" if reason else "crashed", "error": reason or short_error(error)}
     measured = {**facts, "status": "measured", "peak_bytes": peak, "reserved_bytes": reserved,
                 "step_seconds": seconds, "samples_per_sec": strategy.batch / seconds,

@@ -50,7 +50,7 @@ TrailingArg = typer.Argument(None, metavar="KEY=VALUE", show_default=False,
 KitOpt = typer.Option(None, "--option", "-O", metavar="KEY=VALUE", help="a kit or PaddleFormers config's own "
                       "override (a kit's -o, e.g. -O Global.epochs=1); repeat for several")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="also where each probe's time went (import, build, "
-                          "shape check, prepare, warmup, measured steps, after)")
+                          "prepare, shape check, warmup, measured steps, after)")
 
 
 def _option_type(kind: type, choices: tuple[str, ...] | None = None) -> Any:

@@ -36,6 +36,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
             neither = " with -k (give neither for the strategy the file states)" if tool_file else ""
             raise SpecError([Problem(str(spec_path), "--micro-batch", f"is required{neither}")])
         spec_session = session.open_session(spec, backend, warn=output.warn)
+        if spec_session.budget_note:
+            output.say(f"note: {spec_session.budget_note}")
         if given["micro_batch"] is None:  # a tool's own file: the strategy it states, the flags given set over it
             own = stated.stated_strategy(spec, spec_session.device.kind)
             output.say(f"note: the file's strategy: {own.label()}")

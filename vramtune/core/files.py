@@ -43,3 +43,8 @@ def _fsync_folder(folder: Path) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+def cache_root() -> Path:
+    """Where results, locks and caches are kept: $VRAMTUNE_CACHE, else .vramtune in the working folder."""
+    return Path(os.environ.get("VRAMTUNE_CACHE", ".vramtune"))

@@ -37,6 +37,9 @@ class Device:
     paddle_version: str
     amp_unsupported: dict[str, str] = field(default_factory=dict)  # precision -> why it cannot run here
     count: int = 1  # devices of this kind on the machine (GPUs; CPU cores for CPU ranks)
+    buses: list[str] = field(default_factory=list)  # each GPU's PCI bus id by ordinal (its lock's name), where known
+    free_bytes: int | None = None  # a GPU's free memory when it was described (budget auto), where Paddle says
+    holders: list[int] = field(default_factory=list)  # the processes nvidia-smi saw computing on it then
 
     @property
     def paddle_device(self) -> str:
@@ -156,8 +159,9 @@ class ProbeResult:
 
     def breakdown(self) -> dict[str, int] | None:
         """What fills the peak: the counted weights, gradients and optimizer state, the activations and
-        temporaries (the rest of the allocated peak), and on GPU what the allocator reserved beyond it."""
-        if self.peak_bytes is None or self.state_bytes is None:
+        temporaries (the rest of the allocated peak), and on GPU what the allocator reserved beyond it. None where
+        the counted state is above the peak (a count that cannot be right has no part to say)."""
+        if self.peak_bytes is None or self.state_bytes is None or self.state_bytes > self.peak_bytes:
             return None
         parts = {"weights": self.weight_bytes, "gradients": self.gradient_bytes,
                  "optimizer_state": self.optimizer_bytes, "activations": self.peak_bytes - self.state_bytes}

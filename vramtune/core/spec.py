@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import Any
 
 
+def ranks(settings: dict[str, Any]) -> int:
+    """The data-parallel ranks a spec's settings fix for the whole run (its `devices:` key, which data parallel
+    reads): every strategy of the run has them."""
+    return settings.get("data_parallel") or 1
+
+
 @dataclass
 class TrainSettings:
     target_batch: int
@@ -46,8 +52,7 @@ class Spec:
 
     @property
     def devices(self) -> int:
-        """The data-parallel ranks the spec fixes for the run (its `devices:` key, read by data parallel)."""
-        return self.settings.get("data_parallel") or 1
+        return ranks(self.settings)
 
     def micro_batches(self) -> list[int]:
         """The micro-batch candidates that reach the target batch (over every rank), largest first."""

@@ -67,5 +67,5 @@ class Dialect:
     formats: tuple[Format, ...] = ()  # formats it offers other files besides (PaddleNLP's TrainingArguments JSON)
     refuses: Callable[[str, Path], str | None] = _written_by_any  # why another format cannot write its files
     # the strategy a file of its states (what `check` and `measure` read), for a probe on this kind of device (a CPU
-    # runs fp32 whatever the file's precision); None: read back through its format's writer (checking/stated.py)
+    # runs fp32 whatever the file's precision); None: its files carry a tuned: section (vramtune's own spec)
     stated: Callable[[Spec, str], Strategy] | None = None

@@ -2,6 +2,8 @@
 transformer's step (the reserve `estimate` adds; it calibrates it)."""
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from vramtune.core.records import Device
@@ -9,6 +11,15 @@ from vramtune.core.units import format_bytes
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
 
 GROWING = "auto_growth"  # Paddle's default: the pool grows with what is allocated
+# what Paddle's GPU allocator reads from the environment at import and changes what is measured (every probe inherits
+# the user's environment): a saved check holds for the environment it ran under only
+ENV = ("FLAGS_allocator_strategy", "FLAGS_use_cuda_malloc_async_allocator", "FLAGS_use_virtual_memory_auto_growth",
+       "FLAGS_free_idle_chunk", "FLAGS_fraction_of_gpu_memory_to_use")
+
+
+def allocator_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allocator's flags set in the environment."""
+    return {name: environ[name] for name in ENV if name in environ}
 
 
 class Allocator(Check):
@@ -30,7 +41,7 @@ class Allocator(Check):
         from vramtune.doctor.workload import step_peak, transformer
 
         strategy = paddle.get_flags(["FLAGS_allocator_strategy"])["FLAGS_allocator_strategy"]
-        return {**step_peak(device, transformer()), "strategy": strategy}
+        return {**step_peak(device, transformer()), "strategy": strategy, "env": allocator_env(os.environ)}
 
     def judge(self, runs: dict[str, CheckRun], device: Device) -> Verdict:
         failed = failed_run(runs)

@@ -1,6 +1,6 @@
 """One doctor run: the device check first (it resolves the device every other check measures on), then each
 check's parts in children, each judged; a check that cannot run on the device is skipped with the reason. A GPU is
-held (the probes' per-device lock) while its checks measure."""
+held (the probes' per-device lock; both ranks' GPUs for the ranks check) while its checks measure."""
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +13,7 @@ from vramtune.core.records import Device
 from vramtune.doctor.base import FAIL, SKIP, Check, CheckResult, CheckRun, Verdict, device_arg
 from vramtune.doctor.checks import checks as every_check
 from vramtune.doctor.running import TIMEOUT, Checks
-from vramtune.probing.store import device_lock_path, file_lock
+from vramtune.probing.store import devices_locked
 
 Say = Callable[[str], None]
 
@@ -82,7 +82,8 @@ def run_doctor(request: str, checks: Checks, say: Say, names: tuple[str, ...] | 
         results += [_result(check, Verdict(SKIP, "not run", "no device to check (see the device check)"), {})
                     for check in chosen]
         return DoctorResult(None, results, time.monotonic() - start)
-    held = file_lock(device_lock_path(device), say, f"probing on {device.name}") if device.kind == "gpu" \
+    ranks = max((check.ranks for check in chosen if not check.skip(device)), default=1)
+    held = devices_locked(device, ranks, say, f"probing on {device.name}") if device.kind == "gpu" \
         else contextlib.nullcontext()  # CPU peaks are per process: other runs' probes do not move them
     with held:
         for check in chosen:

@@ -2,13 +2,16 @@
 vramtune classifies as `oom` (not as a crash): this is how a probe over the budget fails on a GPU."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from vramtune.core.oom import NO_RETRY_ENV
 from vramtune.core.records import Device
 from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict
 
 LIMIT_MB = 256  # the budget the child runs under
 STEP_MB = 64  # allocated at a time, up to twice the limit
+RETRY_SECONDS = 2.0  # an allocation failing slower than this waited in Paddle's RetryAllocator (10 s by default)
 
 
 class BudgetEnforced(Check):
@@ -22,7 +25,7 @@ class BudgetEnforced(Check):
         return None
 
     def env(self, device: Device) -> dict[str, str]:
-        return {"FLAGS_gpu_memory_limit_mb": str(LIMIT_MB)}
+        return {"FLAGS_gpu_memory_limit_mb": str(LIMIT_MB), **NO_RETRY_ENV}
 
     def measure(self, device: Device, part: str) -> dict[str, Any]:
         import paddle
@@ -35,12 +38,14 @@ class BudgetEnforced(Check):
         kept, allocated = [], 0
         try:
             while allocated < 2 * LIMIT_MB:
+                began = time.monotonic()
                 kept.append(paddle.zeros([STEP_MB * 2**20 // 4], dtype="float32"))
                 allocated += STEP_MB
-            paddle.device.cuda.synchronize(device.index)
+            paddle.device.synchronize(device.paddle_device)
         except Exception as error:  # the probe worker's own classification of what a training step raised
             return {"limit_mb": LIMIT_MB, "allocated_mb": allocated, "raised": short_error(error),
-                    "classified": "oom" if is_oom(error) else "crashed"}
+                    "classified": "oom" if is_oom(error) else "crashed",
+                    "seconds": round(time.monotonic() - began, 3)}
         return {"limit_mb": LIMIT_MB, "allocated_mb": allocated, "raised": None, "classified": None}
 
     def judge(self, runs: dict[str, CheckRun], device: Device) -> Verdict:
@@ -62,7 +67,12 @@ class BudgetEnforced(Check):
             return Verdict(FAIL, figure + f", classified {f['classified']}",
                            "vramtune does not recognise this error as out-of-memory: over-budget probes would be "
                            "reported as crashes, and the search would not look for a smaller configuration")
-        return Verdict(PASS, figure + ", classified oom")
+        waited = f.get("seconds", 0.0)
+        if waited > RETRY_SECONDS:
+            return Verdict(FAIL, f"{figure}, classified oom, raised after {waited:.1f}s",
+                           "the allocator retried before raising (Paddle's RetryAllocator, which vramtune turns off "
+                           "with FLAGS_gpu_allocator_retry_time=0): every probe over the budget waits that long")
+        return Verdict(PASS, f"{figure}, classified oom, raised in {waited:.2f}s")
 
 
 CHECK = BudgetEnforced()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from vramtune.doctor import allocator, amp, budget, counters, device, ranks, recompute
 from vramtune.doctor.base import Check
 
-GATING = ("device", "counters", "budget")  # what every GPU measurement depends on
+GATING = ("device", "counters", "budget", "allocator")  # what every GPU measurement depends on
+MULTI_RANK = ("ranks",)  # what a GPU probe of several ranks depends on besides
 
 
 def checks() -> tuple[Check, ...]:

@@ -3,13 +3,31 @@
 probes measure)."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vramtune.core.records import Device
 from vramtune.core.units import format_bytes
-from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, Verdict, failed_run
+from vramtune.doctor.base import FAIL, PASS, Check, CheckRun, MiB, Verdict, failed_run
 
 RANKS = 2
+SHM_NEEDED = 512 * MiB  # below this NCCL's shared-memory transport fails or hangs at more ranks (Docker: 64 MiB)
+
+
+def shm_problem() -> str | None:
+    """What is wrong with /dev/shm for NCCL's ranks on one node, or None (NCCL_SHM_DISABLE set: not used)."""
+    if os.environ.get("NCCL_SHM_DISABLE", "0") not in ("", "0"):
+        return None
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    size = stat.f_frsize * stat.f_blocks
+    if size >= SHM_NEEDED:
+        return None
+    return (f"/dev/shm holds {format_bytes(size)}: NCCL's shared-memory transport between the ranks needs more (at "
+            f"least {format_bytes(SHM_NEEDED)}); run the container with --shm-size=1g or more, or set "
+            "NCCL_SHM_DISABLE=1")
 
 
 class Ranks(Check):
@@ -51,8 +69,9 @@ class Ranks(Check):
     def judge(self, runs: dict[str, CheckRun], device: Device) -> Verdict:
         failed = failed_run(runs)
         if failed:
+            shm = shm_problem()
             return Verdict(FAIL, failed.figure, "multi-rank probes (data parallel, sharding) cannot run here: "
-                                                "--devices above 1 would fail")
+                                                "--devices above 1 would fail" + (f"; {shm}" if shm else ""))
         peaks = runs[""].figures["ranks"]
         figure = ", ".join(f"rank {p['rank']} peak {format_bytes(p['peak'])}" for p in peaks)
         if len(peaks) < RANKS or any(p["world_size"] != RANKS for p in peaks):

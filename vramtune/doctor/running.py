@@ -10,8 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from vramtune.core.records import Device
 from vramtune.doctor.base import Check, CheckRun
-from vramtune.probing.ranks import launcher_env, rank_logs, read_rank_results
+from vramtune.probing.ranks import launch_devices, launcher_env, rank_logs, read_rank_results
 from vramtune.probing.runner import ChildBackend, ChildProcess, child_command, classify
 
 CHILD = Path(__file__).resolve().parent / "child.py"
@@ -31,8 +32,9 @@ class ChildChecks:
             arguments = [check.name, "--device", device, "--part", part, "--out", out]
             _, child_env = child_command([], env)
             if check.ranks > 1:
+                gpus = launch_devices(Device.from_json(json.loads(device)), check.ranks, child_env)
                 argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(check.ranks),
-                        "--log_dir", "log", "--job_id", "vramtune-doctor", "--max_restart", "0", "--host",
+                        *gpus, "--log_dir", "log", "--job_id", "vramtune-doctor", "--max_restart", "0", "--host",
                         "127.0.0.1", str(CHILD), *arguments]
                 child_env = launcher_env(child_env, check.ranks, "gpu")
             else:

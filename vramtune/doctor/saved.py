@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 from vramtune import __version__
-from vramtune.core.files import write_atomic
+from vramtune.core.files import cache_root, write_atomic
 from vramtune.core.records import Device
 from vramtune.doctor.battery import DoctorResult
 from vramtune.doctor.checks import checks as every_check
-from vramtune.probing.store import StoreError, cache_root
+from vramtune.probing.store import StoreError
 
 
 def folder() -> Path:

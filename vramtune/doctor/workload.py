@@ -9,7 +9,7 @@ import paddle
 from paddle.base import core
 
 from vramtune.child.counters import MemoryCounters
-from vramtune.child.rank import rank
+from vramtune.child.rank import device_ordinal
 from vramtune.core.records import Device
 
 WIDTH, HEADS, LAYERS, SEQ, BATCH = 256, 4, 2, 128, 8  # ~1.6M parameters; activations ~100 MiB in fp32
@@ -21,14 +21,14 @@ def use(device: Device) -> MemoryCounters:
 
 
 def on_this_rank(device: Device) -> Device:
-    """The GPU this rank measures on, under `paddle.distributed.launch`: the device's index plus the rank's."""
-    return Device.from_json({**device.to_json(), "index": device.index + rank()})
+    """The GPU this rank measures on, under `paddle.distributed.launch`: the one the launcher selected for it."""
+    return Device.from_json({**device.to_json(), "index": device_ordinal(device.index)})
 
 
 def allocated_now(device: Device) -> int:
     """Bytes allocated right now (the counters' current value, not their peak)."""
     if device.kind == "gpu":
-        paddle.device.cuda.synchronize(device.index)
+        paddle.device.synchronize(device.paddle_device)
         return int(paddle.device.cuda.memory_allocated(device.index))
     return int(core.host_memory_stat_current_value("Allocated", 0))
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from vramtune.core.reading import positive
 from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
+from vramtune.memory.line import Term
 
 BATCHNORM_FLOOR = 16  # BatchNorm statistics over fewer samples are noisy (Wu & He, Group Normalization, 2018)
 
@@ -30,8 +31,7 @@ class Accumulation(Mechanism):
     fields = (FIELDS["micro_batch"], FIELDS["accumulation"])
     options = (Option("max_accumulation", "--max-accumulation", int, None, "largest accumulation tried",
                       lambda value: {"search.max_accumulation": value}),)
-    nonnegative_term = False
-    soft_term = True
+    term = Term(nonnegative=False, soft=True)  # k = 1 frees the gradients before the next forward: measured
 
     def read(self, spec) -> AccumulationSearch:
         section = spec.search

@@ -129,7 +129,7 @@ class Peft(Mechanism):
 
 
 def _architecture(model: Any, what: str, supported: dict[str, Any]) -> str:
-    from vramtune.sources.base import BuildError
+    from vramtune.core.errors import BuildError
 
     prefix = getattr(model, "base_model_prefix", None)
     if prefix not in supported:
@@ -153,7 +153,7 @@ def _with_prefix(model: Any, tokens: int) -> Any:
     import paddle
     from paddlenlp.peft import PrefixConfig, PrefixModelForCausalLM, prefix
 
-    from vramtune.sources.base import BuildError
+    from vramtune.core.errors import BuildError
 
     architecture = _architecture(model, "prefix_tuning", PREFIX_MODELS)
     layers, hidden, groups, postprocess = PREFIX_MODELS[architecture]

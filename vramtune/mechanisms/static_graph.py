@@ -38,15 +38,13 @@ class StaticGraph(Mechanism):
                 plain.used_bytes - (best.used_bytes - static.used_bytes) <= search.limit:
             search.probe("static", plain.strategy.with_(to_static=True))
 
-    def failed_first_step(self, strategy, error: str) -> str | None:
-        return f"to_static: the model cannot be converted: {error}" if strategy.to_static else None
-
     def prepare_training(self, model, optimizer, strategy, settings):
+        """The forward compiled; a model it cannot convert says so at its first call (Unsupported)."""
         if not strategy.to_static:
             return model, optimizer
-        import paddle
+        from vramtune.mechanisms.static_graph_paddle import converted
 
-        return paddle.jit.to_static(model, full_graph=True), optimizer
+        return converted(model), optimizer
 
 
 MECHANISM = StaticGraph()

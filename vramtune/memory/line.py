@@ -8,15 +8,42 @@ where every term is 0, then each term from its probes' residuals.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-from vramtune.core.strategy import Strategy
-from vramtune.mechanisms.base import Mechanism
+from vramtune.core.strategy import Facts, Field, Strategy
 from vramtune.memory.fitting import least_squares
 
 Point = tuple[Strategy, int]  # (strategy, used bytes)
 
 
-def memory_group(mechanisms: Sequence[Mechanism], strategy: Strategy) -> str:
+@dataclass(frozen=True)
+class Term:
+    """How a mechanism's coefficient in the fitted line behaves."""
+
+    nonnegative: bool = True  # the fitted coefficient cannot be negative
+    soft: bool = False  # taken as 0 while too few probes pin the base line down
+
+
+class Fitted(Protocol):
+    """What the fitted line asks of a mechanism (mechanisms/base.py declares each; memory/ is below the mechanisms,
+    so they are given)."""
+
+    name: str
+    fields: tuple[Field, ...]
+    term: Term | None
+    shares_memory_group: bool
+
+    def memory_term(self, strategy: Strategy) -> float: ...
+
+    def memory_group(self, strategy: Strategy) -> str: ...
+
+    def known_saving(self, strategy: Strategy, counts: dict[str, float]) -> float: ...
+
+    def largest_coefficient(self, per_sample: float, facts: Facts) -> float | None: ...
+
+
+def memory_group(mechanisms: Sequence[Fitted], strategy: Strategy) -> str:
     return "/".join(m.memory_group(strategy) for m in mechanisms)
 
 
@@ -33,7 +60,7 @@ def _affine(points: list[tuple[int, int]], fixed: float | None) -> tuple[float, 
     return fitted[0], max(fitted[1], 0.0)
 
 
-def _grouped(mechanisms: Sequence[Mechanism]) -> set[str]:
+def _grouped(mechanisms: Sequence[Fitted]) -> set[str]:
     """Fields whose values take the same bytes within their memory group (fp16 and bf16): probes of either lie on
     one line."""
     return {f.name for m in mechanisms if m.shares_memory_group for f in m.fields}
@@ -47,7 +74,7 @@ def _others(strategy: Strategy, varying: set[str]) -> tuple:
 class MemoryModel:
     """Fitted to the measured probes of one memory group."""
 
-    def __init__(self, mechanisms: Sequence[Mechanism], points: Iterable[Point], fixed_bytes: float | None = None,
+    def __init__(self, mechanisms: Sequence[Fitted], points: Iterable[Point], fixed_bytes: float | None = None,
                  counts: dict[str, float] | None = None):
         """mechanisms: every mechanism, in registry order (those with a memory term are fitted). fixed_bytes: the
         weights, gradients and optimizer state counted by the probes, the line's intercept while only one micro-batch
@@ -57,7 +84,7 @@ class MemoryModel:
         self.counts = counts or {}
         self.fixed = fixed_bytes
         points = [(s, used + self.known_saving(s)) for s, used in points]
-        terms = [m for m in self.mechanisms if type(m).memory_term is not Mechanism.memory_term]
+        terms = [m for m in self.mechanisms if m.term is not None]
         self.terms = terms
         self.coefficients: dict[str, float | None] = {m.name: None for m in terms}
 
@@ -65,13 +92,13 @@ class MemoryModel:
             return all(m.name in allowed or m.memory_term(point[0]) == 0 for m in terms)
 
         base = [(s.micro_batch, used) for s, used in points if only((s, used), set())]
-        soft = {m.name for m in terms if m.soft_term}
+        soft = {m.name for m in terms if m.term.soft}
         if len({m for m, _ in base}) < 2:  # too few to pin the line: fit it through the soft terms as well
             base = [(s.micro_batch, used) for s, used in points if only((s, used), soft)]
             for name in soft:
                 self.coefficients[name] = 0.0
         self.a, self.b = _affine(base, fixed_bytes)
-        for mechanism in sorted(terms, key=lambda m: not m.soft_term):
+        for mechanism in sorted(terms, key=lambda m: not m.term.soft):
             if self.coefficients[mechanism.name] is not None:
                 continue
             fitted = {name for name, value in self.coefficients.items() if value is not None}
@@ -80,8 +107,8 @@ class MemoryModel:
                       and only((s, used), fitted | {mechanism.name})]
             if ratios:
                 value = sum(ratios) / len(ratios)
-                self.coefficients[mechanism.name] = max(0.0, value) if mechanism.nonnegative_term else value
-            elif mechanism.soft_term:
+                self.coefficients[mechanism.name] = max(0.0, value) if mechanism.term.nonnegative else value
+            elif mechanism.term.soft:
                 self.coefficients[mechanism.name] = 0.0  # not measured yet: a small effect, assumed absent
         self.points = points
 

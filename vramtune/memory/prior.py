@@ -38,12 +38,3 @@ def model_prior(folder: str, seq: int, attention: str, device_kind: str) -> floa
     except ArchitectureError:
         return None
     return per_sample(config, seq, device_kind == "gpu" and attention in FLASH)
-
-
-def activation_prior(model: Any, device_kind: str) -> float | None:
-    """The prior of a spec's model: from its config.json where its source names a model folder (PaddleFormers);
-    None for other sources, as before."""
-    from vramtune.dialects.paddleformers.shape import model_shape
-
-    shape = model_shape(model)
-    return model_prior(*shape, device_kind) if shape is not None else None

@@ -6,6 +6,7 @@ happened into a classified result. The parent never imports Paddle or the model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -18,15 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from vramtune.core.oom import looks_like_oom
+from vramtune.core.gpu import CardUse, card_use
+from vramtune.core.oom import NO_RETRY_ENV, looks_like_oom
 from vramtune.core.records import STATUSES, Budget, Device, ProbeJob, ProbeResult
 from vramtune.core.strategy import Strategy
 from vramtune.core.text import error_line
-from vramtune.mechanisms.base import Launch
-from vramtune.plugins import MECHANISMS, SOURCES
+from vramtune.core.units import format_bytes
+from vramtune.plugins import SOURCES
 from vramtune.probing import forking, interrupts
 from vramtune.probing.forking import ForkServer, ForkServerError, die_with_parent, worker_env
-from vramtune.probing.ranks import marked, merge, rank_logs, read_rank_results
+from vramtune.probing.ranks import Launch, launcher, marked, merge, rank_logs, read_rank_results
 
 INFO_TIMEOUT = 120.0
 
@@ -57,10 +59,12 @@ def child_command(arguments: list[str], extra_env: dict[str, str]) -> tuple[list
 
 
 def gpu_memory_limit_env(device: Device, budget_bytes: int) -> dict[str, str]:
-    """On a GPU, make the child's allocator fail at the budget so that real OOMs happen there."""
-    if device.kind != "gpu" or budget_bytes >= device.total_bytes:
+    """On a GPU, make the child's allocator fail at the budget so that real OOMs happen there, at once."""
+    if device.kind != "gpu":
         return {}
-    return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20))}
+    if budget_bytes >= device.total_bytes:
+        return dict(NO_RETRY_ENV)
+    return {"FLAGS_gpu_memory_limit_mb": str(max(1, budget_bytes // 2**20)), **NO_RETRY_ENV}
 
 
 class ChildProcess:
@@ -176,6 +180,8 @@ def classify(outcome: ChildOutcome, payload: dict[str, Any] | None, timeout: flo
         return payload
     if outcome.returncode is not None and outcome.returncode < 0:
         name = signal.Signals(-outcome.returncode).name
+        if name == "SIGABRT" and looks_like_oom(outcome.stderr_tail):  # an uncaught BadAlloc (a non-Python thread)
+            return {"status": "oom", "error": f"killed by SIGABRT: {error_line(outcome.stderr_tail, last=True)}"}
         hint = " (likely the system OOM killer)" if name == "SIGKILL" else ""
         return {"status": "crashed", "error": f"killed by {name}{hint}"}
     last_line = error_line(outcome.stderr_tail, last=True, default="no output")
@@ -247,20 +253,23 @@ class ChildBackend:
             if "No module named 'paddle'" in reason:
                 reason = "PaddlePaddle is not installed: pip install 'vramtune[cpu]' (or a GPU build, see README)"
             raise DeviceError(f"device {device!r}: {reason}")
-        return Device.from_json(payload)
+        found = Device.from_json(payload)
+        card = on_card(found, card_use())
+        return dataclasses.replace(found, holders=card.pids) if card else found
 
     def measure(self, job: ProbeJob, timeout: float, budget: Budget) -> ProbeResult:
         """One probe; on a GPU the child's allocator is capped at the budget, so over-budget configs OOM there."""
         device, strategy = Device.from_json(job.device), Strategy.from_json(job.strategy)
 
-        def launcher(arguments: list[str], env: dict[str, str]) -> Launch | None:
-            return next((launch for m in MECHANISMS if (launch := m.launcher(strategy, device, arguments, env))),
-                        None)
+        def ranks(arguments: list[str], env: dict[str, str]) -> Launch | None:
+            return launcher(strategy, device, arguments, env)
 
         fork = (self.fork_server, SOURCES[job.source].modules) if device.kind == "cpu" and self.forking else None
+        card = on_card(device, card_use()) if device.kind == "gpu" else None  # no probe runs: the lock is held
         outcome, payload = run_worker(["probe"], gpu_memory_limit_env(device, budget.bytes), timeout, job.to_json(),
-                                      launcher, fork)
-        return result_from(job, classify(outcome, payload, timeout), outcome.seconds)
+                                      ranks, fork)
+        return result_from(job, beside_others(classify(outcome, payload, timeout), card, budget.bytes),
+                           outcome.seconds)
 
     def count(self, job: ProbeJob, timeout: float) -> dict[str, Any]:
         """The model's parameter counts (child/counting.py): built lazily, never allocated. Raises DeviceError when
@@ -271,6 +280,28 @@ class ChildBackend:
             reason = (payload or {}).get("error") or classify(outcome, None, timeout)["error"]
             raise DeviceError(f"counting the model's parameters failed: {reason}")
         return payload
+
+
+def on_card(device: Device, use: dict[str, CardUse] | None) -> CardUse | None:
+    """What nvidia-smi says the device's card holds, where it says and the card's bus id is known."""
+    if use is None or device.kind != "gpu" or device.index >= len(device.buses):
+        return None
+    return use.get(device.buses[device.index])
+
+
+def beside_others(outcome: dict[str, Any], card: CardUse | None, budget_bytes: int) -> dict[str, Any]:
+    """An out-of-memory on a card whose other processes left less than the budget free when the probe started
+    (`card`: nvidia-smi then; the device lock held, so none of them is vramtune's) says so: the card ran out, not the
+    budget."""
+    if outcome.get("status") != "oom" or card is None or card.used_bytes + budget_bytes <= card.total_bytes:
+        return outcome
+    reserved = outcome.get("reserved_at_oom")
+    got = f"with {format_bytes(reserved)} reserved of the {format_bytes(budget_bytes)} budget: " \
+        if reserved is not None else ""
+    pids = f" (pids {', '.join(map(str, card.pids))})" if card.pids else ""
+    return {**outcome, "error": f"{outcome.get('error')}; {got}other processes held {format_bytes(card.used_bytes)} "
+                                f"of the {format_bytes(card.total_bytes)} card when the probe started{pids}, so the "
+                                "budget was not all free"}
 
 
 def result_from(job: ProbeJob, outcome: dict[str, Any], seconds: float) -> ProbeResult:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vramtune import __version__
-from vramtune.core.files import write_atomic
+from vramtune.core.files import cache_root, write_atomic
 from vramtune.core.records import Device, ProbeResult
 from vramtune.core.report import Report
 from vramtune.core.strategy import Strategy
@@ -30,10 +30,6 @@ FORMAT = 2
 
 class StoreError(Exception):
     """Results cannot be written (disk full, read-only folder, ...)."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("VRAMTUNE_CACHE", ".vramtune"))
 
 
 def spec_key(raw_spec: dict[str, Any], device: Device, identity: dict[str, Any]) -> str:
@@ -49,7 +45,7 @@ def spec_key(raw_spec: dict[str, Any], device: Device, identity: dict[str, Any])
 def file_lock(lock_path: Path, on_wait: Callable[[str], None], what: str) -> Iterator[None]:
     """Hold an exclusive lock on a file holding our pid; if another process holds it, say who and wait."""
     try:
-        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = _open_lock(lock_path)
     except OSError as error:
         raise StoreError(f"cannot create the lock file {lock_path}: {error.strerror or error}") from error
     try:
@@ -67,11 +63,55 @@ def file_lock(lock_path: Path, on_wait: Callable[[str], None], what: str) -> Ite
         os.close(descriptor)  # closing releases the lock
 
 
+def lock_folder() -> Path:
+    """Where the device locks are: one folder for every user of the machine (a GPU is the machine's), sticky and
+    open to all as /tmp is; VRAMTUNE_LOCKS to choose another."""
+    chosen = os.environ.get("VRAMTUNE_LOCKS")
+    folder = Path(chosen) if chosen else Path(tempfile.gettempdir()) / "vramtune-locks"
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        if not chosen:
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o1777)
+    return folder
+
+
+def device_lock_paths(device: Device, ranks: int = 1) -> list[Path]:
+    """One lock per physical device a probe uses, whatever cache folder each run uses: a GPU by its PCI bus id (the
+    same card under any CUDA_VISIBLE_DEVICES; its ordinal where the id is unknown), each rank's, in one order (runs
+    taking several never wait on each other in a circle)."""
+    folder = lock_folder()
+    if device.kind != "gpu":
+        return [folder / f"{device.kind}{device.index}.lock"]
+    ordinals = range(device.index, device.index + ranks)
+    names = {f"gpu-{device.buses[i]}" if i < len(device.buses) else f"gpu{i}" for i in ordinals}
+    return [folder / f"{name}.lock" for name in sorted(names)]
+
+
+def _open_lock(lock_path: Path) -> int:
+    """The lock file, open for every user (another user's run locks the same card); read-only where another user
+    made it without write access for us (flock works on it all the same; no pid is written then)."""
+    try:
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(lock_path, os.O_RDONLY)
+    with contextlib.suppress(OSError):
+        os.fchmod(descriptor, 0o666)  # past the umask; only its owner can
+    return descriptor
+
+
 def device_lock_path(device: Device) -> Path:
-    """One lock per physical device on this machine, whatever cache folder each run uses."""
-    folder = Path(os.environ.get("VRAMTUNE_LOCKS", Path(tempfile.gettempdir()) / f"vramtune-locks-{os.getuid()}"))
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{device.kind}{device.index}.lock"
+    """The lock of the device itself (one rank)."""
+    return device_lock_paths(device)[0]
+
+
+@contextlib.contextmanager
+def devices_locked(device: Device, ranks: int, on_wait: Callable[[str], None], what: str) -> Iterator[None]:
+    """Hold the locks of every device `ranks` ranks from `device` use."""
+    with contextlib.ExitStack() as held:
+        for path in device_lock_paths(device, ranks):
+            held.enter_context(file_lock(path, on_wait, what))
+        yield
 
 
 class ResultStore:

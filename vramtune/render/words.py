@@ -8,7 +8,7 @@ from typing import Any
 from vramtune.core.records import ProbeResult
 from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes
-from vramtune.mechanisms.evaluation import peak_with_kept
+from vramtune.mechanisms.evaluation.kept import peak_with_kept
 
 
 def best_words(strategy: Strategy, facts: dict[str, Any], target_batch: int | None = None) -> str:

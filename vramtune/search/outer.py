@@ -42,9 +42,13 @@ class Nesting:
             self.throughput.deep_search(base)
             return
         mechanism = mechanisms[depth]
+        model_unsupported = self.record.problem.model_unsupported
         for changes in mechanism.alternatives(base, self.search):
             candidate = base.with_(**changes)
-            if mechanism.worth_searching(candidate, self.search):
+            why = model_unsupported(candidate) if model_unsupported else None
+            if why:  # the model cannot train under this setting here (its probes would all be unsupported)
+                self.record.note(f"{self.record.roles.outer_label(candidate)} skipped: {why}")
+            elif mechanism.worth_searching(candidate, self.search):
                 self.outer(depth + 1, candidate)
 
     def could_win(self, mechanism: Mechanism, candidate: Strategy) -> bool:

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 
 from vramtune.core.records import ProbeResult
 from vramtune.core.strategy import Facts, Strategy
+from vramtune.mechanisms.base import MemoryEffect
 from vramtune.memory.counted import PARTS
 from vramtune.memory.line import MemoryModel, memory_group
 from vramtune.memory.prior import PRIOR_ERROR, PRIOR_MARGIN
+from vramtune.memory.state import Factors
 from vramtune.search.problem import SearchProblem
 from vramtune.search.roles import Roles
 
@@ -49,7 +51,7 @@ class Prediction:
     def activation_prior(self, strategy: Strategy, factor: float = 1 + PRIOR_MARGIN) -> float | None:
         """Before any probe measured activations, a strategy with every axis off: its counted state plus the
         activations per sample predicted from the model (SearchProblem.activations, x `factor`: by default the
-        safety margin a placement keeps) scaled by the stated factors (Mechanism.activation_scale). None without a
+        safety margin a placement keeps) scaled by the stated factors (`stated_scale`). None without a
         prediction or a count; once a probe measured activations (then another precision's, scaled, predict a
         group not yet measured: prior) or a probe it placed failed without figures; and on a CPU, whose probes
         report their figures even over the budget (a CPU run never waits for the count)."""
@@ -61,7 +63,7 @@ class Prediction:
         model = self.memory_model(strategy)
         if not model.fixed:
             return None
-        scale = math.prod(m.activation_scale(strategy) or 1.0 for m in self.roles.all)
+        scale = math.prod(stated_scale(m, strategy) or 1.0 for m in self.roles.all)
         activations = strategy.micro_batch * self.problem.activations * scale * factor
         return model.fixed + activations - model.known_saving(strategy)
 
@@ -106,18 +108,18 @@ class Prediction:
 
     def prior(self, strategy: Strategy) -> float | None:
         """Before its memory group is measured: its counted state plus the activations measured in another group
-        (another precision), scaled by the stated factors (Mechanism.activation_scale)."""
+        (another precision), scaled by the stated factors (`stated_scale`)."""
         own = self.memory_model(strategy)
         mechanisms = self.roles.all
         for mechanism in mechanisms:
-            scale = mechanism.activation_scale(strategy)
+            scale = stated_scale(mechanism, strategy)
             for field_ in mechanism.fields if scale else ():
                 for value in field_.choices or ():
                     other = strategy.with_(**{field_.name: value})
                     model = self.memory_model(other)
                     if memory_group(mechanisms, other) == memory_group(mechanisms, strategy) or not model.points:
                         continue
-                    predicted, theirs = model.predict(other), mechanism.activation_scale(other)
+                    predicted, theirs = model.predict(other), stated_scale(mechanism, other)
                     if predicted is not None and theirs:
                         state = own.fixed or model.a
                         return state + (predicted - model.a) * scale / theirs - own.known_saving(strategy)
@@ -132,3 +134,12 @@ class Prediction:
         """The fewest bytes the strategy can take (the prior: each mechanism saving the most it can)."""
         model = self.memory_model(strategy)
         return model.least(strategy, self.largest(model))
+
+
+def stated_scale(mechanism: MemoryEffect, strategy: Strategy) -> float | None:
+    """A mechanism's activation bytes over those with it off by the estimate's stated factors (AMP O1 ~0.55, O2
+    ~0.5), where it changes activations by a factor (its own `activation_factor`); None where it does not: a prior for
+    a memory group not yet measured, from another group's measured activations."""
+    if type(mechanism).activation_factor is MemoryEffect.activation_factor:
+        return None
+    return mechanism.activation_factor(strategy, Factors())

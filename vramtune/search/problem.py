@@ -37,6 +37,8 @@ class SearchProblem:
     #                                                                     any probe (memory/counted.py), or None
     activations: float | None = None  # fp32 activation bytes per sample predicted before any probe
     #                                   (memory/prior.py), or None
+    model_unsupported: Callable[[Strategy], str | None] | None = None  # why the model cannot train under a strategy
+    #                                   on the device (its attention kernel in fp32), or None: that setting is skipped
 
     @property
     def limit(self) -> float:

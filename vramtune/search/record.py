@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from vramtune.core.records import ProbeResult
+from vramtune.core.spec import ranks
 from vramtune.core.strategy import Facts, Strategy
 from vramtune.memory.prior import PRIOR_ERROR
 from vramtune.search.choice import choose, micro_batch_floor
@@ -27,8 +28,7 @@ class Record:
         self.learned: Facts = {}  # what the probes learned about the model
         self.least_state: float | None = None  # the least counted state of a setting not probed for it
         self.prediction = Prediction(problem, self.roles, self.results, self.learned)
-        fixed = {k: v for m in self.roles.all for k, v in m.fixed(self.settings(m.name)).items()}
-        self.base = Strategy(**fixed)  # every mechanism off, the user's fixed fields (ranks) set
+        self.base = Strategy(devices=ranks(self.problem.settings))  # every mechanism off, the user's ranks set
 
     def settings(self, mechanism: str) -> Any:
         return self.problem.settings.get(mechanism)
@@ -49,12 +49,16 @@ class Record:
         if least is not None:
             return self.over_by_prior(strategy, least)
         placed = prediction.activation_prior(strategy)
+        cannot = self.problem.model_unsupported(strategy) if self.problem.model_unsupported else None
+        if cannot:  # measured all the same: the session says unsupported without a probe
+            self.note(f"{self.roles.outer_label(strategy)} skipped: {cannot}")
         self.progress(rung, strategy, None)
         result = self.measure(strategy)
         result.rung = result.rung or rung
         self.results[strategy] = result
         self.progress(rung, strategy, result)
-        if placed is not None and placed <= self.problem.limit and not result.fits and not result.used_bytes:
+        if placed is not None and placed <= self.problem.limit and not result.fits and not result.used_bytes \
+                and result.status != "unsupported":
             prediction.prior_missed = True
             self.note(f"the activations predicted from the model's config.json were too few: {strategy.label()}, "
                       "predicted to fit, failed without figures; the search went on without them")

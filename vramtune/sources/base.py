@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from vramtune.core.reading import Section
-
-
-class BuildError(Exception):
-    """The spec's model cannot be built or does not accept the spec's data: a user error, not a probe result."""
+    from vramtune.core.records import Device
+    from vramtune.core.strategy import Strategy
 
 
 @dataclass
@@ -32,6 +30,8 @@ class Source:
     modules: tuple[str, ...] = ()  # what its builder imports (a warm worker imports them once, before forking)
     shapes_per_step: bool = False  # its steps take turns over input shapes (a multi-scale sampler): the estimate's
     # probes measure the spec's steps, every shape, not one
+    o2_built_in_half: bool = False  # its tool builds an AMP O2 model in the half type (Paddle's default dtype set to
+    # it while building), not in fp32 cast by decorate: PaddleFormers' and PaddleNLP's llm workflows
 
     def read(self, model: Section, data: Section) -> Any:
         """The settings from the spec's sections; problems are recorded on the sections."""
@@ -41,6 +41,16 @@ class Source:
         """Child side: the model with random weights, a batch maker and the loss. A source whose models read
         settings from a configuration at construction passes it to `configure` first (the mechanisms' hook)."""
         raise NotImplementedError
+
+    def unsupported(self, settings: Any, strategy: Strategy, device: Device) -> str | None:
+        """Why the model cannot train under the strategy on the device (Paddle has no kernel for what its layers run
+        there: flash attention in fp32 on a GPU), or None. Said before any probe, as a mechanism's reasons are."""
+        return None
+
+    def model_shape(self, settings: Any) -> tuple[str, int, str] | None:
+        """(the model folder holding its config.json, the sequence length a probe measures, the attention the run
+        asks for), for the search's activation prior (memory/prior.py); None: the model has no such folder."""
+        return None
 
     def notes(self, settings: Any, device_kind: str) -> list[str]:
         """What the report should say about measuring this model on this kind of device."""

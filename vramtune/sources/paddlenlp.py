@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.errors import BuildError
 from vramtune.core.reading import positive
+from vramtune.core.strategy import dtype_of
 from vramtune.core.text import did_you_mean
-from vramtune.sources.base import BuildError, BuiltModel, Source
+from vramtune.sources.base import BuiltModel, Source
 
 TASKS = {"causal-lm": "ForCausalLM", "sequence-classification": "ForSequenceClassification",
          "token-classification": "ForTokenClassification", "question-answering": "ForQuestionAnswering"}
@@ -113,6 +115,7 @@ class PaddleNLP(Source):
     name = "paddlenlp"
     settings = PaddleNLPModel
     modules = ("paddlenlp.transformers",)
+    o2_built_in_half = True  # a causal LM, as the llm scripts build it (build())
 
     def read(self, model, data):
         config = model.get("config", str)
@@ -136,6 +139,17 @@ class PaddleNLP(Source):
         if None in (config, seq_len, num_labels):
             return None
         return PaddleNLPModel(config, task, overrides, seq_len, num_labels, config_fields, bool(zero_padding))
+
+    def unsupported(self, settings: PaddleNLPModel, strategy, device) -> str | None:
+        """fp32 with use_flash_attention on a GPU under Paddle 2.x: PaddleNLP 2.8's models call
+        F.scaled_dot_product_attention (or flash_attention directly), which on Paddle 2.6 is flash_attn for any dtype,
+        with no fallback in either library."""
+        if device.kind == "gpu" and dtype_of(strategy.precision) == "fp32" and \
+                settings.config_fields.get("use_flash_attention") and device.paddle_version.startswith("2."):
+            return ("use_flash_attention: PaddleNLP's flash attention runs on Paddle 2.6's flash_attn, which has GPU "
+                    "kernels for float16 and bfloat16 only: fp32 cannot run it; to measure fp32, set "
+                    "use_flash_attention: false")
+        return None
 
     def notes(self, settings: PaddleNLPModel, device_kind: str) -> list[str]:
         if settings.config_fields.get("use_flash_attention") and device_kind == "cpu":
@@ -184,7 +198,12 @@ class PaddleNLP(Source):
             raise BuildError(f"data.seq_len: {settings.seq_len} exceeds the model's max_position_embeddings ({limit})")
         model_class, task = task_class(config, settings.task)
         configure(config)  # e.g. the recompute granularity and layers, read while the model is built
-        net = model_class(config)
+        # the llm scripts build a causal LM in the run's dtype (finetune_generation.py: AutoConfig and from_config
+        # given bfloat16/float16 under O2, the probe's default dtype then); the Trainer scripts' models in float32
+        dtype = paddle.get_default_dtype() if task == "causal-lm" else "float32"
+        if dtype != "float32":
+            config.dtype = dtype
+        net = model_class.from_config(config, dtype=dtype)
         vocab, seq_len, labels = config.vocab_size, settings.seq_len, settings.num_labels
 
         def make_batch(batch: int) -> dict[str, Any]:

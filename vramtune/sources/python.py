@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.errors import BuildError
 from vramtune.core.oom import looks_like_oom
 from vramtune.core.reading import Section, positive
-from vramtune.sources.base import BuildError, BuiltModel, Source
+from vramtune.sources.base import BuiltModel, Source
 
 LOSSES = ("cross_entropy", "mse", "model")
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")

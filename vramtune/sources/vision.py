@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vramtune.core.errors import BuildError
 from vramtune.core.reading import positive
-from vramtune.sources.base import BuildError, BuiltModel, Source
+from vramtune.sources.base import BuiltModel, Source
 
 ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2",

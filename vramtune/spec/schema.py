@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.core.reading import Problem, Section, Sections, SpecError, describe, positive
-from vramtune.core.spec import ProbeSettings, Spec, TrainSettings
+from vramtune.core.spec import ProbeSettings, Spec, TrainSettings, ranks
 from vramtune.core.units import SizeError, parse_size
-from vramtune.plugins import MECHANISMS, SOURCES, fixed_fields
+from vramtune.plugins import MECHANISMS, SOURCES
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|gpu|gpu:\d+)$")
@@ -85,7 +85,7 @@ def spec_from_dict(raw: Any, file: str = "<spec>") -> Spec:
     tuned = root.get("tuned", dict, None)
     root.finish()
 
-    accumulation, devices = mechanisms["accumulation"], fixed_fields(mechanisms).get("devices", 1)
+    accumulation, devices = mechanisms["accumulation"], ranks(mechanisms)
     if train.target_batch and devices and train.target_batch % devices:
         problems.append(Problem(file, "train.target_batch", f"{train.target_batch} cannot be shared by {devices} "
                                                             "devices: it must be a multiple of them"))

@@ -6,6 +6,7 @@ so every command's behaviour can be exercised without Paddle.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,15 +15,16 @@ from typing import Any, Callable
 from vramtune.core.records import Budget, Device, ProbeJob, ProbeResult
 from vramtune.core.report import Report
 from vramtune.core.strategy import FIELDS, Strategy
+from vramtune.core.units import format_bytes
 from vramtune.dialects.roundtrip import RoundTripError
 from vramtune.doctor.gate import DoctorFailed, require_doctor
 from vramtune.export import ExportError
 from vramtune.memory.counted import counted_state, given_for
-from vramtune.memory.prior import activation_prior
+from vramtune.memory.prior import model_prior
 from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing import interrupts
 from vramtune.probing.runner import Backend, DeviceError
-from vramtune.probing.store import ResultStore, StoreError, device_lock_path, file_lock, spec_key
+from vramtune.probing.store import ResultStore, StoreError, devices_locked, spec_key
 from vramtune.search import BuildFailure, Outcome, Progress, SearchProblem, Tuner
 from vramtune.spec import Problem, Spec, SpecError
 
@@ -41,25 +43,40 @@ class Session:
     store: ResultStore
     backend: Backend
     shapes_checked: bool = False  # a probe of this spec measured: its data fit its model, the next skip the check
+    budget_note: str | None = None  # what budget auto was resolved to, in words (GPU)
     doctor_checked: bool = False  # the checks GPU measurements depend on passed (vramtune/doctor/gate.py)
+    ranks_checked: bool = False  # and those a probe of several ranks depends on
 
 
 def resolve_budget(spec: Spec, device: Device) -> int:
-    """The spec's budget, or the device's total memory for `auto` (GPU only: a CPU budget is virtual)."""
+    """The spec's budget, or for `auto` what the GPU has free for this run (its total memory where Paddle cannot say;
+    GPU only: a CPU budget is virtual)."""
     if spec.budget is not None:
         return spec.budget
     if device.kind == "cpu":
         raise SpecError([Problem(spec.path, "budget", "is required on cpu (a size like 512MiB, or --budget): the "
                                                       "CPU budget is virtual; 'auto' means a GPU's memory")])
-    return device.total_bytes
+    return device.total_bytes if device.free_bytes is None else device.free_bytes
+
+
+def auto_budget_words(device: Device) -> str | None:
+    """What budget auto came to on a GPU shared with other processes, in words (None: the whole card)."""
+    if device.free_bytes is None:
+        return None
+    in_use = device.total_bytes - device.free_bytes
+    by = f", by processes {', '.join(map(str, device.holders))}" if device.holders else ""
+    return (f"budget auto: {format_bytes(device.free_bytes)}, what {device.name} has free now "
+            f"({format_bytes(device.total_bytes)} card; {format_bytes(in_use)} in use{by})")
 
 
 def open_session(spec: Spec, backend: Backend, warn: Say, device: Device | None = None,
                  budget_bytes: int | None = None) -> Session:
     device = device or backend.describe(spec.device)
     budget = Budget(budget_bytes or resolve_budget(spec, device), spec.headroom)
+    note = auto_budget_words(device) if not budget_bytes and spec.budget is None else None
     identity = SOURCES[spec.source].identity(spec.model, spec.base_dir)
-    return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device, identity), warn=warn), backend)
+    return Session(spec, device, budget, ResultStore(spec_key(spec.raw, device, identity), warn=warn), backend,
+                   budget_note=note)
 
 
 def job_for(spec: Spec, strategy: Strategy, device: Device, budget: Budget) -> ProbeJob:
@@ -72,25 +89,30 @@ def job_for(spec: Spec, strategy: Strategy, device: Device, budget: Budget) -> P
                     warmup=spec.probe.warmup, settings=settings, max_grad_norm=spec.train.max_grad_norm)
 
 
-def unsupported(strategy: Strategy, device: Device) -> str | None:
-    """Why the device cannot run the strategy (the first mechanism that says), or None."""
-    return next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
+def unsupported(strategy: Strategy, device: Device, spec: Spec | None = None) -> str | None:
+    """Why the device cannot run the strategy (the first mechanism that says, then the spec's model), or None."""
+    reason = next((why for mechanism in MECHANISMS if (why := mechanism.unsupported(strategy, device))), None)
+    return reason or (SOURCES[spec.source].unsupported(spec.model, strategy, device) if spec else None)
 
 
 def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
-    """One isolated probe, judged against the budget. A mechanism the device cannot run is `unsupported`."""
-    reason = unsupported(strategy, session.device)
+    """One isolated probe, judged against the budget. A strategy the device (or the model on it) cannot run is
+    `unsupported`, with no probe."""
+    reason = unsupported(strategy, session.device, session.spec)
     if reason:
         return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
                            device={"name": session.device.name, "kind": session.device.kind},
                            paddle_version=session.device.paddle_version)
-    if session.device.kind == "gpu" and not session.doctor_checked:
-        require_doctor(session.device, session.backend, on_wait)
-        session.doctor_checked = True
+    several = strategy.devices > 1
+    if session.device.kind == "gpu" and not (session.doctor_checked and (session.ranks_checked or not several)):
+        require_doctor(session.device, session.backend, on_wait, ranks=several)
+        session.doctor_checked, session.ranks_checked = True, session.ranks_checked or several
     job = job_for(session.spec, strategy, session.device, session.budget)
     job.check_sample = not session.shapes_checked
-    with file_lock(device_lock_path(session.device), on_wait, f"probing on {session.device.name}"):
+    with devices_locked(session.device, strategy.devices, on_wait, f"probing on {session.device.name}"):
         result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
+    if result.status == "oom" and session.device.kind == "gpu" and result.budget_bytes is None:
+        result = dataclasses.replace(result, budget_bytes=session.budget.bytes)  # what it ran out under (still_holds)
     session.shapes_checked = session.shapes_checked or result.peak_bytes is not None  # it trained
     return result.judged(session.budget, [m.judge for m in MECHANISMS])
 
@@ -111,8 +133,7 @@ def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
         message = field.check(value) if value is not None else None
         if message:
             problems.append(Problem(spec.path, field.flag, message))
-    fixed = {k: v for m in MECHANISMS for k, v in m.fixed(spec.settings.get(m.name)).items()}
-    values = {**fixed, **{k: v for k, v in values.items() if v is not None}}
+    values = {"devices": spec.devices, **{k: v for k, v in values.items() if v is not None}}
     micro, devices = values.get("micro_batch") or 0, values.get("devices", 1)
     per_rank = spec.train.target_batch // devices
     if values.get("accumulation") is None:
@@ -140,12 +161,15 @@ def search_problem(session: Session) -> SearchProblem:
     settings, the state counted before the first probe (counted once, when the search first asks) and the
     activations per sample predicted from the model's config.json where its source names one."""
     spec = session.spec
+    shape = SOURCES[spec.source].model_shape(spec.model)
     return SearchProblem(target_batch=spec.train.target_batch, micro_batches=spec.micro_batches(),
                          budget=session.budget, device=session.device, mechanisms=MECHANISMS, settings=spec.settings,
                          speed_rises_with_batch=session.device.kind == "gpu",
                          state=counted_state(MECHANISMS, lambda: count_model(session),
                                              given_for(spec.train.optimizer, spec.settings)),
-                         activations=activation_prior(spec.model, session.device.kind))
+                         activations=model_prior(*shape, session.device.kind) if shape else None,
+                         model_unsupported=lambda strategy: SOURCES[spec.source].unsupported(spec.model, strategy,
+                                                                                            session.device))
 
 
 def report(session: Session, outcome: Outcome, seconds: float, reused: int, interrupted: bool) -> Report:
@@ -154,10 +178,17 @@ def report(session: Session, outcome: Outcome, seconds: float, reused: int, inte
     return Report(spec=session.spec.name, spec_path=session.spec.path, device_name=device.name,
                   device_kind=device.kind, device_bytes=device.total_bytes, paddle_version=device.paddle_version,
                   budget=session.budget, target_batch=session.spec.train.target_batch, chosen=outcome.chosen,
-                  probes=outcome.probes, notes=SOURCES[session.spec.source].notes(session.spec.model, device.kind)
-                  + outcome.notes, closest=outcome.closest,
+                  probes=outcome.probes, notes=[note for note in [session.budget_note] if note]
+                  + SOURCES[session.spec.source].notes(session.spec.model, device.kind) + outcome.notes,
+                  closest=outcome.closest,
                   suggestions=SOURCES[session.spec.source].suggestions(session.spec.model, outcome.suggestions),
                   reused=reused, interrupted=interrupted, seconds=seconds)
+
+
+def still_holds(result: ProbeResult, budget: Budget) -> bool:
+    """Whether a saved result answers for this budget (budget auto on a shared GPU varies from run to run): a
+    measured one is judged again against it, an out-of-memory holds for budgets no larger than its own."""
+    return result.status != "oom" or result.budget_bytes is None or budget.bytes <= result.budget_bytes
 
 
 def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False) -> Report:
@@ -173,9 +204,9 @@ def tune(session: Session, progress: Progress, on_wait: Say, fresh: bool = False
 
         def measure_saving(strategy: Strategy) -> ProbeResult:
             nonlocal reused
-            if strategy in saved:
+            if strategy in saved and still_holds(saved[strategy], session.budget):
                 reused += 1
-                result = saved[strategy]
+                result = saved[strategy].judged(session.budget, [m.judge for m in MECHANISMS])
                 result.reused = True
                 return result
             with interrupts.until_saved():  # a signal once the probe is over is handled once it is saved and noted

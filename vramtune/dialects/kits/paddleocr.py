@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.kits.codec import (
     STATIC_KEY,
     amp_choices,
@@ -35,7 +36,6 @@ from vramtune.dialects.kits.loader import ReadAhead, kit_read_ahead
 from vramtune.dialects.kits.ocr_ema import Swaps, ema, evaluates, held_state, kept_copies
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import kit_spec, positive_batch, smaller_batch
-from vramtune.sources.base import BuildError
 
 FIRST_BS, PER_CARD, EVAL_BATCH = ("Train.sampler.first_bs", "Train.loader.batch_size_per_card",
                                   "Eval.loader.batch_size_per_card")

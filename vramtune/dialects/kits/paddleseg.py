@@ -25,11 +25,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.kits.config import Kit, KitError, KitSource, get_key
 from vramtune.dialects.kits.loader import ReadAhead, read_ahead
 from vramtune.dialects.kits.source import kit_code, terms_note
 from vramtune.dialects.kits.spec import base_advice, batch_only_spec, positive_batch, smaller_batch
-from vramtune.sources.base import BuildError
 
 BATCH = "batch_size"
 LOADER = "paddleseg/cvlibs/config.py"

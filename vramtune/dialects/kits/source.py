@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.kits.config import kit_import_error, on_path
-from vramtune.sources.base import BuildError
 
 
 @contextlib.contextmanager

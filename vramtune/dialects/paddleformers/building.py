@@ -9,31 +9,22 @@ from typing import Any, Callable
 import numpy as np
 import paddle
 
+from vramtune.core.errors import BuildError
 from vramtune.dialects.paddleformers import keys
-from vramtune.dialects.paddleformers.source import FormersModel, architecture_error, probe_arguments
-from vramtune.sources.base import BuildError, BuiltModel
+from vramtune.dialects.paddleformers.model import FormersModel, architecture_error, parse, probe_arguments
+from vramtune.sources.base import BuiltModel
 
 FIRST_TOKEN = 4  # ids below are special tokens in the tiny tokenizers and most vocabularies
 
 
-def parse(arguments: dict[str, Any]) -> tuple[Any, ...]:
-    """PaddleFormers' own parsing and checks (model, data, preprocess, generating, finetuning arguments)."""
-    from paddleformers.cli.hparams import get_train_args
-
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            return get_train_args(dict(arguments))
-    except (ValueError, TypeError, AssertionError) as error:
-        raise BuildError(f"PaddleFormers rejects the arguments: {type(error).__name__}: {error}") from error
-
-
 def model_config(model_args: Any, data_args: Any, training_args: Any, device_kind: str) -> Any:
-    """The configuration as run_sft sets it up before building (fp32: AMP is the precision mechanism's)."""
+    """The configuration as run_sft sets it up before building, in the probe's default dtype (the workflow's dtype:
+    an O2 run's half type, else float32)."""
     from paddleformers.transformers import AutoConfig
     from paddleformers.transformers.configuration_utils import LlmMetaConfig, QuantizationConfig
 
     try:
-        config = AutoConfig.from_pretrained(model_args.model_name_or_path, dtype="float32",
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path, dtype=paddle.get_default_dtype(),
                                             quantization_config=QuantizationConfig.from_dict(
                                                 {"weight_quantize_algo": None}))
     except Exception as error:
@@ -70,11 +61,12 @@ def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltMode
 
 
 def _with_lora(model_args: Any, training_args: Any, model: Any) -> Any:
-    """LoRA as the workflows add it (create_peft_model: PaddleFormers' target modules for the model type)."""
+    """LoRA as the workflows add it (create_peft_model: PaddleFormers' target modules for the model type), in the
+    model's dtype."""
     from paddleformers.cli.train.sft.workflow import create_peft_model
 
     with contextlib.redirect_stdout(io.StringIO()):
-        return create_peft_model(model_args, training_args, "float32", model)
+        return create_peft_model(model_args, training_args, paddle.get_default_dtype(), model)
 
 
 def _sft_batches(settings: FormersModel, config: Any, model_args: Any, data_args: Any,
@@ -181,6 +173,6 @@ def _causal_lm(config: Any, folder: str) -> Any:
     from paddleformers.transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_config(config, dtype="float32")
+        return AutoModelForCausalLM.from_config(config, dtype=paddle.get_default_dtype())
     except Exception as error:
         raise architecture_error(folder, error) from error

@@ -76,7 +76,7 @@ def longest(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, A
 
 def measure(arguments: dict[str, Any]) -> dict[str, Any]:
     """Child side, for the parent: the longest sample's length and first words."""
-    from vramtune.dialects.paddleformers.building import parse
+    from vramtune.dialects.paddleformers.model import parse
 
     model_args, data_args, _, _, training_args = parse(arguments)
     found, tokenizer, kept = longest(model_args, data_args, training_args)
@@ -97,7 +97,7 @@ def cache_key(arguments: dict[str, Any], folder: str, datasets: list[str]) -> st
 def longest_sample(arguments: dict[str, Any], folder: str, datasets: list[str], cache: Path) -> dict[str, Any]:
     """Parent side: the longest kept sample, from the cache or a child run (on CPU, with the CPU equivalents of the
     file's GPU-only settings); {"error": ...} when it cannot run."""
-    from vramtune.dialects.paddleformers.source import cpu_equivalents
+    from vramtune.dialects.paddleformers.model import cpu_equivalents
 
     path = cache / f"{cache_key(arguments, folder, datasets)}.json"
     cached = _cached(path)

@@ -16,13 +16,13 @@ from typing import Any
 
 import yaml
 
+from vramtune.core.files import cache_root
 from vramtune.core.reading import Problem, Section, SpecError, positive, read_spec_text
 from vramtune.core.text import did_you_mean
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, VERSION
 from vramtune.dialects.paddleformers.codec import from_formers
 from vramtune.dialects.paddleformers.lengths import longest_sample
-from vramtune.probing.store import cache_root
 
 # keys only PaddleFormers 1.x has (PaddleNLP 2.8's arguments files have none of them): how a file is recognised
 MARKERS = frozenset({"stage", "max_seq_len", "compute_type", "fine_tuning", "train_dataset_path", "train_dataset_type",

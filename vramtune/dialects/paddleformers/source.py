@@ -16,47 +16,29 @@ own peak against the probe's.
 from __future__ import annotations
 
 import hashlib
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vramtune.core.reading import positive
+from vramtune.core.strategy import dtype_of
 from vramtune.dialects.paddleformers import keys
-from vramtune.dialects.paddleformers.codec import FORMERS_KEYS, formers_on_cpu
-from vramtune.sources.base import BuildError, BuiltModel, Source
+from vramtune.dialects.paddleformers.model import FormersModel, cpu_equivalents
+from vramtune.sources.base import Source
 
-# imports that need paddlefleet (not on PyPI): the architectures PaddleFormers 1.2 builds through it
-FLEET_HINT = "paddlefleet"
-SCRATCH = "vramtune-formers-output"  # the output_dir a probe parses with (nothing is written there)
-
-
-@dataclass
-class FormersModel:
-    folder: str  # the local model folder (config.json; weights are never read)
-    arguments: dict[str, Any]  # the file's keys, as given (with the command line's key=value)
-    stage: str = "SFT"
-    seq_len: int = 4096  # the length measured: max_seq_len, or the longest sample kept (no packing)
-    seq_note: str = ""  # how seq_len was found (said in the report)
-    datasets: list[str] = field(default_factory=list)
-
-    @property
-    def packing(self) -> bool:
-        return bool(self.arguments.get("packing")) or bool(self.arguments.get("padding_free"))
-
-
-def cpu_equivalents(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The file's GPU-only settings and their CPU equivalents for a probe on CPU (never written back)."""
-    changes = formers_on_cpu(arguments)
-    if arguments.get("_attn_implementation", "flashmask") != keys.CPU_ATTENTION:
-        changes["_attn_implementation"] = keys.CPU_ATTENTION
-    return changes
+# PaddleFormers' attention implementations that call Paddle's flash kernels (nn/attention/flashmask_attention.py:
+# flashmask_attention, or flash_attn where no mask is given): Paddle registers both on a GPU for float16 and bfloat16
+# only (flash_attn_kernel.cu), and neither PaddleFormers nor Paddle falls back for float32 ("sdpa" does, on Paddle 3)
+FLASH_ATTENTION = ("flashmask",)
+FP32_FLASH = ("flashmask attention has GPU kernels for float16 and bfloat16 only (Paddle registers flash_attn and "
+              "flashmask_attention for those): fp32 cannot run it; to measure fp32, set _attn_implementation: sdpa "
+              "(or eager)")
 
 
 class Formers(Source):
     name = "paddleformers"
     settings = FormersModel
     modules = ("paddleformers.cli.hparams", "paddleformers.cli.train.sft.workflow")
+    o2_built_in_half = True  # the SFT and DPO workflows: dtype = bfloat16/float16 when fp16_opt_level is O2
 
     def read(self, model, data):
         folder = model.get("folder", str)
@@ -73,6 +55,9 @@ class Formers(Source):
                         "to find its longest sample)")
         return FormersModel(folder, arguments, stage, seq_len, seq_note, datasets)
 
+    def model_shape(self, settings: FormersModel) -> tuple[str, int, str]:
+        return settings.folder, settings.seq_len, str(settings.arguments.get("_attn_implementation", "flashmask"))
+
     def notes(self, settings: FormersModel, device_kind: str) -> list[str]:
         notes = [settings.seq_note]
         if settings.arguments.get("continue_training", True):
@@ -85,6 +70,13 @@ class Formers(Source):
                     f"{key}: {settings.arguments.get(key, '(default)')!r} -> {value!r}"
                     for key, value in changed.items()) + "; fused kernels off; the file keeps its own settings")
         return notes
+
+    def unsupported(self, settings: FormersModel, strategy, device) -> str | None:
+        """fp32 with flash attention on a GPU (a CPU probe runs the eager equivalent)."""
+        attention = settings.arguments.get("_attn_implementation", "flashmask")
+        if device.kind == "gpu" and dtype_of(strategy.precision) == "fp32" and attention in FLASH_ATTENTION:
+            return FP32_FLASH
+        return None
 
     def identity(self, settings: FormersModel, spec_dir: str) -> dict[str, Any]:
         from importlib import metadata
@@ -102,26 +94,4 @@ class Formers(Source):
         return building.build(settings, configure)
 
 
-def probe_arguments(settings: FormersModel, device_kind: str) -> dict[str, Any]:
-    """The file's arguments as a probe parses them: the model folder absolute, the keys the search decides left out
-    (codec.py's `FORMERS_KEYS`), CPU equivalents on CPU, outputs in a scratch folder."""
-    arguments = {key: value for key, value in settings.arguments.items() if key not in FORMERS_KEYS}
-    arguments.update(model_name_or_path=settings.folder, output_dir=str(Path(tempfile.gettempdir()) / SCRATCH),
-                     logging_dir=None, do_train=True)
-    if device_kind == "cpu":
-        arguments.update(cpu_equivalents(settings.arguments), device="cpu", amp_master_grad=False)
-    return {key: value for key, value in arguments.items() if value is not None}
-
-
-def architecture_error(folder: str, error: Exception) -> BuildError:
-    """A model PaddleFormers cannot build here, said with why (paddlefleet: not on PyPI)."""
-    text = f"{type(error).__name__}: {error}"
-    if FLEET_HINT in text:
-        return BuildError(f"model_name_or_path: {folder}: PaddleFormers builds this architecture through paddlefleet, "
-                          "which is not on PyPI (nor on this machine): vramtune cannot probe it here; estimate it "
-                          "without measuring: vramtune estimate")
-    return BuildError(f"model_name_or_path: {folder}: PaddleFormers cannot build it: {text[:300]}")
-
-
-__all__ = ["BuiltModel", "Formers", "FormersModel", "architecture_error", "cpu_equivalents", "probe_arguments"]
 SOURCE = Formers()

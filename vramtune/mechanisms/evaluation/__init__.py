@@ -20,9 +20,9 @@ from typing import Any
 
 from vramtune.core.reading import Section, positive
 from vramtune.mechanisms.base import Mechanism
+from vramtune.mechanisms.evaluation.kept import peak_with_kept
 
 KEEP = ("logits", "predictions", "loss")
-MAX_MEASUREMENTS = 6  # evaluation batches measured per probe
 
 
 @dataclass
@@ -30,11 +30,6 @@ class EvaluationSettings:
     batch: int = 8  # the evaluation batch asked for (per device)
     keep: str = "logits"  # what each evaluation step keeps on the device
     accumulation_steps: int | None = None  # steps kept on the device before moving to the host (None: all)
-
-
-def kept_factor(accumulation_steps: int | None) -> int:
-    """Kept steps alive at the loop's peak: the buffer of the earlier ones is copied when a step is concatenated."""
-    return 2 * (accumulation_steps - 1) if accumulation_steps else 0
 
 
 class Evaluation(Mechanism):
@@ -89,14 +84,6 @@ class Evaluation(Mechanism):
                 "eval_peaks": {str(k): v for k, v in measured.peaks.items()},
                 "eval_kept": {str(k): v for k, v in measured.kept.items()},
                 "eval_accumulation_steps": settings["accumulation_steps"]}
-
-
-def peak_with_kept(peak: int | None, facts: dict[str, Any], size: int | None) -> float:
-    """One evaluation step's peak plus what the earlier kept steps hold (when eval_accumulation_steps bounds them):
-    what must fit, and what the report says of the evaluation batch chosen."""
-    if peak is None or size is None:
-        return float("inf")
-    return peak + kept_factor(facts.get("eval_accumulation_steps")) * facts["eval_kept"][str(size)]
 
 
 MECHANISM = Evaluation()

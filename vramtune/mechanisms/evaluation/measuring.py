@@ -7,7 +7,7 @@ from typing import Any
 import paddle
 
 from vramtune.core.oom import is_oom
-from vramtune.mechanisms.evaluation import MAX_MEASUREMENTS, kept_factor
+from vramtune.mechanisms.evaluation.kept import MAX_MEASUREMENTS, kept_factor
 
 
 class EvaluationRun:

@@ -22,8 +22,6 @@ from vramtune.mechanisms.base import Mechanism, Option, SearchView
 TRAINER_BLACK_LIST = ("reduce_sum", "c_softmax_with_cross_entropy")
 TRAINER_O2_WHITE_LIST = ("lookup_table", "lookup_table_v2")  # embeddings return half under O2
 LOSS_SCALE = 2.0**15
-CPU_REASON = ("AMP cannot be measured on CPU: Paddle's auto_cast and amp.decorate (O2) have no effect there and "
-              "CPU has no fp16/bf16 matmul kernels; tune AMP on the GPU")
 
 
 @dataclass
@@ -44,7 +42,7 @@ class Precision(Mechanism):
     options = (Option("precision", "--precision", str, None, "AMP modes allowed (fp16, bf16, fp16-o2, bf16-o2; fp32 "
                       "alone means no AMP); repeat the option for several", _allowed, multiple=True,
                       choices=("fp32", *AMP_PRECISIONS)),)
-    shares_memory_group = True
+    shares_memory_group = True  # fp16 and bf16 take the same bytes
 
     def read(self, spec) -> PrecisionSettings:
         """search.precisions: the AMP modes allowed, least memory first whatever the spec's order; the Trainer's
@@ -81,12 +79,6 @@ class Precision(Mechanism):
 
     def speed_group(self, strategy) -> str:
         return strategy.precision
-
-    def activation_scale(self, strategy) -> float:
-        """The estimate's stated factors: AMP O1 keeps ~0.55 of fp32's activation bytes, O2 ~0.5."""
-        from vramtune.memory.state import Factors
-
-        return self.activation_factor(strategy, Factors())
 
     # -- the estimate ------------------------------------------------------------------------------------
     def counted_state(self, state, strategy, counts, given) -> dict[str, int]:
@@ -164,23 +156,6 @@ class Precision(Mechanism):
         return any(r.status == "unstable" for r in fp16) and not any(r.fits for r in fp16)
 
     # -- child side --------------------------------------------------------------------------------------
-    def device_limits(self, kind: str, index: int) -> dict[str, str]:
-        """The AMP precisions the device cannot measure: none on a CPU (Paddle's AMP is a no-op there), those a GPU's
-        Paddle build or compute capability lacks."""
-        if kind == "cpu":
-            return {dtype: CPU_REASON for dtype in AMP_DTYPES}
-        import paddle
-
-        properties = paddle.device.cuda.get_device_properties(index)
-        name, place, unsupported = properties.name, f"gpu:{index}", {}
-        if not paddle.amp.is_float16_supported(place):
-            unsupported["fp16"] = f"{name} has no fp16 AMP support in this Paddle build"
-        elif properties.major < 7:  # auto_cast and decorate run fp32 there (paddle.amp, _is_gpu_float16_supported)
-            unsupported["fp16"] = f"{name} is below compute capability 7.0, where Paddle's fp16 AMP does nothing"
-        if not paddle.amp.is_bfloat16_supported(place):
-            unsupported["bf16"] = f"{name} has no bf16 support (needs compute capability 8.0+)"
-        return unsupported
-
     def prepare_training(self, model, optimizer, strategy, settings):
         """O2: the weights cast to half (BatchNorm kept fp32, and LayerNorm/InstanceNorm under fp16) and the
         optimizer given fp32 master weights, as PaddleNLP's Trainer does for fp16_opt_level O2, before data

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from vramtune.core.strategy import FIELDS
 from vramtune.mechanisms.base import Mechanism, Option, SearchView
+from vramtune.memory.line import Term
 
 LEAST_COST = 0.1  # of the per-sample compute, every block recomputed: a third of the ~1/3 a forward costs
 
@@ -42,6 +43,8 @@ class Recompute(Mechanism):
 
     def weight(self, strategy) -> int:
         return strategy.recomputed_blocks
+
+    term = Term()
 
     def memory_term(self, strategy) -> float:
         if strategy.recompute_granularity != "full":
@@ -110,9 +113,9 @@ class Recompute(Mechanism):
             native.configure(config, strategy)
 
     def prepare_model(self, model, strategy, settings):
+        from vramtune.core.errors import BuildError
         from vramtune.mechanisms.recompute import native
         from vramtune.mechanisms.recompute.blocks import apply_recompute
-        from vramtune.sources.base import BuildError
 
         block_path = (settings or {}).get("block_path")
         if native.is_native(model) and not block_path:

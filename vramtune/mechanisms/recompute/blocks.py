@@ -39,7 +39,7 @@ from typing import Any
 import paddle
 from paddle.distributed.fleet.utils import recompute
 
-from vramtune.sources.base import BuildError
+from vramtune.core.errors import BuildError
 
 ROOT = "."  # the block path of the model itself, e.g. MobileNetV1 whose blocks are its direct children
 PLAIN_CONTAINERS = (paddle.nn.Sequential, paddle.nn.LayerList)
