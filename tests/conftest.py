@@ -37,6 +37,13 @@ HUNG = 1800  # seconds after which a wait for an event (a process's start, end o
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+def hangup_default() -> None:
+    """In a child about to exec (subprocess.Popen's preexec_fn): SIGHUP's default. A suite started under nohup
+    inherits SIGHUP ignored, and vramtune keeps an ignored SIGHUP ignored (nohup's point): the SIGHUP tests'
+    runs (tests/paddle/test_signals.py) would go on after their hangup. The suite itself keeps nohup's."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
 # Each NLP stack lives in its own environment (docs/environments.md); make test runs both.
 needs_paddlenlp = pytest.mark.skipif(importlib.util.find_spec("paddlenlp") is None,
                                      reason="PaddleNLP is not installed: it lives in .venv26 (Paddle 2.6.2), "

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS, HUNG, fault_spec
+from conftest import FAULTS, HUNG, fault_spec, hangup_default
 
 pytestmark = pytest.mark.paddle
 
@@ -105,7 +105,8 @@ def test_factory_build_error_exit_2(cli, write_spec, private_cache):
 
 def _start_probe(spec_path: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "vramtune", "probe", str(spec_path), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+                            preexec_fn=hangup_default)
 
 
 def _wait_for_line(process: subprocess.Popen, marker: str, timeout: float = HUNG) -> list[str]:

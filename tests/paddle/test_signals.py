@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HUNG, ROOT, fault_spec
+from conftest import HUNG, ROOT, fault_spec, hangup_default
 from test_faults import _finish, _start_probe, _wait_for_line, process_gone, saved_lines, wait_until
 
 pytestmark = pytest.mark.paddle
@@ -112,7 +112,8 @@ def test_a_signal_once_a_probes_result_is_in_saves_the_probe_first(write_spec, p
     path = write_spec(fault_spec("none", budget=1024, search={"micro_batches": [64, 16]}))
     process = subprocess.Popen([sys.executable, "-c", SIGNALLED_AFTER_READING, "probe", str(path), "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                               env={**os.environ, "SIGNAL_AFTER_READING": str(int(sig)), "VRAMTUNE_FORK": fork})
+                               env={**os.environ, "SIGNAL_AFTER_READING": str(int(sig)), "VRAMTUNE_FORK": fork},
+                               preexec_fn=hangup_default)
     out, err = _finish(process, STARTED)
     assert process.returncode == 128 + sig, err
     report = json.loads(out)
@@ -136,8 +137,9 @@ def test_a_closed_terminal_ends_the_run_and_keeps_its_probes(write_spec, tmp_pat
     path = write_spec(hang_once_spec(pid_file))
     controller, terminal = pty.openpty()
 
-    def own_terminal() -> None:  # in the child: the new session's controlling terminal is the pty
+    def own_terminal() -> None:  # in the child: the new session's controlling terminal is the pty, its hangup heard
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        hangup_default()
 
     process = subprocess.Popen([sys.executable, "-m", "vramtune", "probe", str(path)], stdin=terminal,
                                stdout=terminal, stderr=terminal, start_new_session=True, preexec_fn=own_terminal,
