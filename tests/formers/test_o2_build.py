@@ -62,6 +62,7 @@ def wider_llama(tmp_path):
     return write_config(tmp_path, model_name_or_path=str(folder), lora=True)
 
 
+@pytest.mark.slow(13)
 def test_an_o2_probe_builds_the_model_and_its_lora_in_half(wider_llama):
     half = build(wider_llama, "bf16-o2")
     assert half["dtypes"] == ["paddle.bfloat16"] and half["lora"] == ["paddle.bfloat16"]
