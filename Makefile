@@ -14,7 +14,7 @@ CHECKSUM := $(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(CHECKSUM)
 STAMP26 := $(VENV26)/.installed-$(CHECKSUM)
 
-.PHONY: install install26 demo test test-fast test-paddle26 test-noise lint bench clean
+.PHONY: install install26 demo test test-paddle3 test-fast test-paddle26 test-noise test-load lint bench clean
 
 # PaddleNLP belongs to .venv26 only: a .venv made before 0.4 had it, and its pins break PaddleFormers'.
 $(STAMP): pyproject.toml Makefile
@@ -40,13 +40,18 @@ install26: $(STAMP26)
 demo: install
 	$(BIN)/vramtune probe configs/formers-sft-lora-cpu.yaml --budget 4MiB
 
-# The whole suite on Paddle 3.x (PaddleNLP's tests skip there), then the Paddle tests on Paddle 2.6.2 with
-# PaddleNLP 2.8.1 (PaddleFormers' tests skip there), each over two pytest workers (pytest-xdist; every test has
-# its own cache and device locks).
+# The whole suite on Paddle 3.x (PaddleNLP's tests skip there) and the Paddle tests on Paddle 2.6.2 with
+# PaddleNLP 2.8.1 (PaddleFormers' tests skip there) side by side, each over two pytest workers (pytest-xdist; every
+# test has its own cache and device locks), each environment's tests starting as soon as it is installed: one
+# suite's idle moments (installing, a process starting, a probe's timeout) are the other's. Each suite's output is
+# shown when it ends; make test fails when either fails.
 WORKERS ?= 2
-test: install install26
+test:
+	@echo "make test: $(VENV)'s whole suite and $(VENV26)'s Paddle tests side by side; each one's output when it ends"
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-paddle3 test-paddle26
+
+test-paddle3: install
 	$(BIN)/python -m pytest -q -n $(WORKERS)
-	$(BIN26)/python -m pytest -q -n $(WORKERS) -m paddle
 
 test-fast: install
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m 'not paddle'
@@ -60,6 +65,13 @@ NOISE ?= 0.5
 test-noise: install install26
 	VRAMTUNE_TEST_NOISE=$(NOISE) PYTHONPATH=tests/noise $(BIN)/python -m pytest -q -n $(WORKERS) -m paddle
 	VRAMTUNE_TEST_NOISE=$(NOISE) PYTHONPATH=tests/noise $(BIN26)/python -m pytest -q -n $(WORKERS) -m paddle
+
+# The Paddle tests beside HOGS CPU hogs (busy loops tests/load/with-hogs starts, and ends by the pids it recorded), as
+# on a busy machine: no test may depend on how fast the machine is (a process's start, import or training time).
+HOGS ?= 2
+test-load: install install26
+	tests/load/with-hogs $(HOGS) $(BIN)/python -m pytest -q -n $(WORKERS) -m paddle
+	tests/load/with-hogs $(HOGS) $(BIN26)/python -m pytest -q -n $(WORKERS) -m paddle
 
 lint: install
 	$(BIN)/ruff check vramtune tests bench examples

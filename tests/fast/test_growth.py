@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import CONFIGS, ROOT
+from conftest import CONFIGS, HUNG, ROOT
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -170,7 +170,7 @@ def changed(root: Path) -> dict[str, int]:
 def run(root: Path, *commands: list[str]) -> list[tuple[int, str, str]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(TESTS), str(CONFIGS)])}
     done = subprocess.run([sys.executable, "-c", RUN, json.dumps([[str(a) for a in c] for c in commands])],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=root)
+                          capture_output=True, text=True, env=env, timeout=HUNG, cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
     return [tuple(result) for result in json.loads(done.stdout)]
 

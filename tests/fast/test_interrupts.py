@@ -19,6 +19,7 @@ from vramtune.probing.store import ResultStore
 def installed():
     """interrupts.install() in the test process; its handlers and the received signals restored after."""
     previous = {signum: signal.getsignal(signum) for signum in interrupts.HANDLED}
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as at a terminal: install() keeps a nohup's ignored SIGHUP ignored
     interrupts.install()
     yield
     for signum, handler in previous.items():

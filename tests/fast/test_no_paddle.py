@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import CONFIGS, ROOT
+from conftest import CONFIGS, HUNG, ROOT
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent("""
 
 def test_help_validate_and_probe_without_paddle(tmp_path):
     script = SCRIPT.format(tests=str(ROOT / "tests"), root=str(ROOT), spec=str(CONFIGS / "mlp-python-cpu.yaml"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HUNG,
                           env={"VRAMTUNE_CACHE": str(tmp_path / "cache"), "VRAMTUNE_LOCKS": str(tmp_path / "locks"),
                                "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from conftest import CONFIGS, ROOT, mlp_spec
+from conftest import CONFIGS, HUNG, ROOT, mlp_spec
 
 RUN_FAKE = textwrap.dedent("""
     import sys
@@ -33,14 +33,11 @@ def test_a_probe_waits_while_another_run_probes_the_same_device():
     with file_lock(device_lock_path(FakeDevice().device()), print, "probing"):
         process = fake_vramtune("probe", CONFIGS / "mlp-python-cpu.yaml", "--json", stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
-        line = ""
-        deadline = time.monotonic() + 30
-        while "waiting" not in line and time.monotonic() < deadline:
-            line = process.stderr.readline()
+        line = next((line for line in process.stderr if "waiting" in line), "")  # said, or the run ended
         assert f"another vramtune run (pid {os.getpid()}) is probing on fake cpu; waiting for it to finish" in line
         time.sleep(0.5)
         assert process.poll() is None  # still blocked: nothing measured while the device is taken
-    out, _ = process.communicate(timeout=30)
+    out, _ = process.communicate(timeout=HUNG)
     assert process.returncode == 0 and json.loads(out)["chosen"]
 
 
@@ -64,7 +61,7 @@ def test_a_holder_whose_pid_is_not_written_yet_is_named_without_one(tmp_path):
 
 def test_no_spinner_in_logs_even_under_force_color():
     done = subprocess.run([sys.executable, "-c", RUN_FAKE, "probe", CONFIGS / "mlp-python-cpu.yaml"],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "FORCE_COLOR": "1"})
+                          capture_output=True, text=True, timeout=HUNG, env={**os.environ, "FORCE_COLOR": "1"})
     assert done.returncode == 0, done.stderr
     assert not any(frame in done.stderr for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
     assert "\x1b[?25l" not in done.stderr  # the cursor is never hidden
@@ -103,9 +100,8 @@ def test_ctrl_c_during_the_live_display_restores_the_cursor_and_prints_the_summa
                                start_new_session=True)
     os.close(terminal)
     output = b""
-    deadline = time.monotonic() + 30
-    while b"\x1b[?25l" not in output and time.monotonic() < deadline:  # the spinner hid the cursor
-        output += os.read(controller, 4096)
+    while b"\x1b[?25l" not in output:  # the spinner hid the cursor
+        output += os.read(controller, 4096)  # blocks until the run writes; raises OSError once it ended
     process.send_signal(2)  # SIGINT, as Ctrl-C
     while True:
         try:
@@ -115,7 +111,7 @@ def test_ctrl_c_during_the_live_display_restores_the_cursor_and_prints_the_summa
         if not chunk:
             break
         output += chunk
-    process.wait(timeout=30)
+    process.wait(timeout=HUNG)
     os.close(controller)
     text = output.decode(errors="replace")
     assert process.returncode == 130, text[-2000:]

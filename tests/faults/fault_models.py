@@ -51,6 +51,11 @@ class Faulty(nn.Layer):
                 with open(self.pid_file, "w") as handle:
                     handle.write(f"{child.pid} {os.getpid()}")
             time.sleep(600)
+        elif self.mode == "gate":  # waits until the test opens the gate (creates `pid_file` + ".open")
+            with open(self.pid_file, "w") as handle:
+                handle.write(str(os.getpid()))
+            while not os.path.exists(self.pid_file + ".open"):
+                time.sleep(0.05)
         elif self.mode == "raise":
             raise RuntimeError("the model's forward failed")
 

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conftest import SPECS
+from conftest import HUNG, SPECS
 
 FORMERS = SPECS / "formers"
 HOOK = Path(__file__).resolve().parent / "hook"
@@ -47,6 +47,6 @@ def workflow_peak(config: Path, cwd: Path, *overrides: str) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")])),
            "VRAMTUNE_PEAK_FILE": str(out)}
     done = subprocess.run([sys.executable, "-m", "paddleformers.cli.launcher", "train", str(config), *overrides],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=HUNG)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())

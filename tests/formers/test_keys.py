@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import needs_paddleformers
+from conftest import HUNG, needs_paddleformers
 
 from vramtune.core.report import Tuned
 from vramtune.core.strategy import Strategy
@@ -29,7 +29,7 @@ print(json.dumps({"version": metadata.version("paddleformers"), "classes": {
 def test_the_accepted_keys_are_the_installed_parsers():
     import json
 
-    done = subprocess.run([sys.executable, "-c", INSTALLED], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", INSTALLED], capture_output=True, text=True, timeout=HUNG)
     installed = json.loads(done.stdout.strip().splitlines()[-1])
     assert installed["version"] == VERSION
     assert installed["classes"] == {name: list(fields) for name, fields in ARGUMENT_CLASSES.items()}

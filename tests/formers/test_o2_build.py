@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, needs_paddleformers
+from conftest import HUNG, ROOT, needs_paddleformers
 from formers_client import FORMERS, write_config
 
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
@@ -46,7 +46,7 @@ print(json.dumps({"dtypes": sorted({str(p.dtype) for _, p in named}),
 
 def build(config, precision: str) -> dict:
     done = subprocess.run([sys.executable, "-c", BUILD, str(config), precision], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=HUNG)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -62,6 +62,7 @@ def wider_llama(tmp_path):
     return write_config(tmp_path, model_name_or_path=str(folder), lora=True)
 
 
+@pytest.mark.slow(13)
 def test_an_o2_probe_builds_the_model_and_its_lora_in_half(wider_llama):
     half = build(wider_llama, "bf16-o2")
     assert half["dtypes"] == ["paddle.bfloat16"] and half["lora"] == ["paddle.bfloat16"]

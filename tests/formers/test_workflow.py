@@ -41,6 +41,7 @@ def changed_keys(original, tuned) -> dict:
     return {key: after.get(key) for key in {*before, *after} if before.get(key) != after.get(key)}
 
 
+@pytest.mark.slow(11)
 def test_sft_lora_recompute_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = write_config(tmp_path)
@@ -58,6 +59,7 @@ def test_sft_lora_recompute_tuned_file_trains_in_the_workflow_at_the_measured_pe
     assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
+@pytest.mark.slow(13)
 def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = write_config(tmp_path, fine_tuning="full", lora_rank=None, per_device_train_batch_size=2,
@@ -73,6 +75,7 @@ def test_sft_full_fine_tuning_tuned_file_trains_in_the_workflow_at_the_measured_
     assert_in_band(chosen["peak_bytes"], peak["peak_bytes"])
 
 
+@pytest.mark.slow(10)
 def test_dpo_lora_tuned_file_trains_in_the_workflow_at_the_measured_peak(cli, tmp_path, monkeypatch):
     """DPO's cost: each row the longest chosen/rejected pair, the reference pass with LoRA off, then the policy's."""
     monkeypatch.chdir(tmp_path)

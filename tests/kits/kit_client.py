@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import HUNG
+
 KITS = Path(os.environ.get("VRAMTUNE_KITS", Path(__file__).resolve().parents[2].parent / "shared" / "kits"))
 PEAK = re.compile(r"VRAMTUNE_KIT_PEAK (\d+)")
 EVAL_PEAK = re.compile(r"VRAMTUNE_KIT_EVAL_PEAK (\d+)")
@@ -102,7 +104,7 @@ def write_images(folder: Path, count: int, height: int, width: int) -> list[str]
     return names
 
 
-def run_train(checkout: Path, config: Path, options: list[str], work: Path, timeout: float = 900,
+def run_train(checkout: Path, config: Path, options: list[str], work: Path, timeout: float = HUNG,
               one_flag: bool = False) -> tuple[int, str]:
     """Run the kit's tools/train.py (cwd: the checkout, as its docs do); (host allocator peak, the output).
     one_flag: every override after one -o (PaddleOCR's argparse nargs="+"), else one -o each (PaddleClas)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import kit_client as client
 import pytest
+from conftest import HUNG
 from test_kits_estimate import options
 
 from vramtune.core.strategy import Strategy
@@ -45,7 +46,7 @@ def test_a_row_counts_the_ema_at_its_precision_and_takes_the_probes_fp32_bytes_o
 def run_vramtune(*arguments: str, cwd: Path) -> tuple[dict, str]:
     """A vramtune command's --json answer and what it said, run as a user runs it."""
     done = subprocess.run([sys.executable, "-m", "vramtune", *arguments, "--json"], cwd=cwd, capture_output=True,
-                          text=True, timeout=900, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+                          text=True, timeout=HUNG, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), " ".join(done.stderr.split())
 
@@ -53,6 +54,7 @@ def run_vramtune(*arguments: str, cwd: Path) -> tuple[dict, str]:
 @pytest.mark.paddle
 @pytest.mark.skipif(OCR is None, reason=f"no PaddleOCR checkout in {client.KITS}")
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
+@pytest.mark.slow(40)
 def test_the_estimate_of_an_ema_config_counts_the_ema_and_predicts_what_a_probe_measures(tmp_path):
     config = str(OCR / EN_V3)
     plain, _ = run_vramtune("estimate", config, "--card", "24GiB", *options(SHAPE), cwd=tmp_path)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import HUNG
 
 COUNT = """import sys, time
 import numpy as np
@@ -34,7 +35,7 @@ batches = iter(DataLoader(Random(), batch_size=4, num_workers=workers, use_share
                           **sized))
 held = next(batches)
 expected = host_read_ahead(workers, shared, buffer) + (0 if workers and shared else 1)  # and the one trained on
-deadline = time.time() + 60  # until the loader has read all it reads ahead (its thread and workers fill it)
+deadline = time.time() + 1800  # (HUNG) until the loader has read all it reads ahead (its thread and workers fill it)
 while (counted("Allocated", 0) - base) // BATCH < expected and time.time() < deadline:
     time.sleep(0.1)
 time.sleep(1)  # and no more after it
@@ -46,7 +47,7 @@ print("COUNTED", (counted("Allocated", 0) - base) / BATCH, expected)
 @pytest.mark.parametrize(("workers", "shared", "buffer"), [(0, False, 0), (2, False, 0), (2, True, 0), (0, False, 8)])
 def test_read_ahead_is_what_the_allocator_counts(workers, shared, buffer):
     done = subprocess.run([sys.executable, "-c", COUNT, str(workers), str(int(shared)), str(buffer)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HUNG)
     assert done.returncode == 0, done.stderr[-3000:]
     counted, expected = done.stdout.split("COUNTED")[1].split()
     assert float(counted) == pytest.approx(int(expected), abs=0.05)

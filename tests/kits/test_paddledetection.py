@@ -14,6 +14,7 @@ from pathlib import Path
 import kit_client as client
 import pytest
 from band import log_band
+from conftest import HUNG
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
@@ -171,7 +172,7 @@ def kit_config(config: Path, options: list[str]) -> dict:
               "print('CONFIG', json.dumps({k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() "
               "if type(v).__name__ != 'SchemaDict' or len(v)}, default=str))")
     done = subprocess.run([sys.executable, "-c", script, str(config), *options], capture_output=True, text=True,
-                          timeout=300, env={**client.child_env(), "PYTHONPATH": ":".join(
+                          timeout=HUNG, env={**client.child_env(), "PYTHONPATH": ":".join(
                               [str(CHECKOUT), *filter(None, [os.environ.get("PYTHONPATH")])])})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.split("CONFIG ", 1)[1])
@@ -228,6 +229,7 @@ RUN = ["TrainReader.sample_transforms=[{Decode: {}}, {RandomFlip: {}}]", SMALL.r
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(30)
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     """PP-YOLOE+ s (EMA on) at 320 px, batch 4, 20 boxes an image, the shipped reader (4 workers, shared memory: what
     they read is never in Paddle's allocator): vramtune's probe, then the kit's own tools/train.py on 16 images of
@@ -235,14 +237,14 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     options = [*RUN, "TrainReader.batch_size=4"]
     done = subprocess.run([sys.executable, "-m", "vramtune", "measure", str(CHECKOUT / PPYOLOE), "--device", "cpu",
                            "--budget", "3GiB", "--micro-batch", "4", "--json", *[f"-O{option}" for option in options]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     probed = json.loads(done.stdout)["peak_bytes"]
     data = coco_dataset(tmp_path / "data", 16, 352, 20)
     peak, _ = client.run_train(CHECKOUT, CHECKOUT / PPYOLOE, [*options, "pretrain_weights=null",
                                                               f"save_dir={tmp_path / 'out'}", *data], tmp_path,
-                               timeout=1200, one_flag=True)
+                               one_flag=True)
     # measured (4 workers, batch 4): probe 510,426,504 B, the kit 505,472,212 B (-0.97%): the batch it trains on is
     # in shared memory too, which Paddle's host allocator never counts (4.9 MB of images)
     log_band(probed, peak)
@@ -252,6 +254,7 @@ def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(12)
 def test_ppdets_own_loader_reads_the_tuned_file_with_only_the_batch_changed(fake_cli, tmp_path):
     config = checkout_copy(tmp_path, PPYOLOE)
     cli, _ = fake_cli(FakeDevice(fixed=20 * MiB, per_sample=2 * MiB))
@@ -267,6 +270,7 @@ def test_ppdets_own_loader_reads_the_tuned_file_with_only_the_batch_changed(fake
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(60)
 def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_path):
     """apply at a budget between batch 2 and 4 (no workers: the loader's 5 batches ahead count): the kit cannot
     accumulate, so the largest batch that fits, 2, goes into the user's file; tools/train.py on it peaks there."""
@@ -275,7 +279,7 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
     options = [*RUN, "worker_num=0"]
     done = subprocess.run([sys.executable, "-m", "vramtune", "apply", str(config), "--device", "cpu", "--budget",
                            "400MiB", "-o", str(out), "--json", *[f"-O{option}" for option in options]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     exported = json.loads(done.stdout)["exported"]
@@ -285,7 +289,7 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
     data = coco_dataset(tmp_path / "data", 16, 352, 20)
     peak, _ = client.run_train(config.parents[2], out, [*options, "pretrain_weights=null",
                                                         f"save_dir={tmp_path / 'out'}", *data], tmp_path,
-                               timeout=1200, one_flag=True)
+                               one_flag=True)
     # measured: probe 332,395,684 B, the kit 332,379,404 B
     log_band(exported["peak_bytes"], peak)
     assert abs(peak - exported["peak_bytes"]) / exported["peak_bytes"] < 0.02, (peak, exported["peak_bytes"])
@@ -294,11 +298,12 @@ def test_the_kits_own_train_on_the_applied_file_peaks_where_the_probe_did(tmp_pa
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(13)
 def test_estimate_counts_the_kits_model_whose_initialisers_fill_parameters_in_place(tmp_path):
     """ppdet's PPYOLOEHead fills its parameters at construction (set_value), which paddle.LazyGuard's cannot take:
     the source builds them eagerly; estimate's count and its overrides in the kit's -o (merged as ppdet merges)."""
     done = subprocess.run([sys.executable, "-m", "vramtune", "estimate", str(CHECKOUT / PPYOLOE), "--card", "1GiB",
-                           f"-O{SMALL}"], cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                           f"-O{SMALL}"], cwd=tmp_path, capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "VRAMTUNE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     said = " ".join((done.stdout + done.stderr).split())

@@ -15,6 +15,7 @@ import kit_client as client
 import pytest
 import yaml
 from band import log_band
+from conftest import HUNG
 from fakes import FakeDevice, MiB
 from test_paddleclas import diff
 
@@ -130,7 +131,7 @@ def kit_config(checkout: Path, config: Path) -> dict:
     """The config as the kit's own Config reads it (its checker's rules applied), in a child with Paddle."""
     script = ("import json, sys\nfrom paddleseg.cvlibs import Config\n"
               "print('CONFIG', json.dumps(Config(sys.argv[1]).dic, default=str))")
-    done = subprocess.run([sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=HUNG,
                           env={**client.child_env(), "PYTHONPATH": str(checkout)})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.split("CONFIG ", 1)[1])
@@ -152,7 +153,7 @@ def test_the_kits_config_loads_the_tuned_file_with_only_batch_size_changed(fake_
 
 def vramtune(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vramtune", *arguments], cwd=cwd, capture_output=True, text=True,
-                          timeout=1200, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
+                          timeout=HUNG, env={**client.child_env(), "VRAMTUNE_CACHE": str(cwd / "cache")})
 
 
 def seg_dataset(folder: Path, count: int, side: int) -> list[str]:
@@ -181,7 +182,7 @@ def run_train(config: Path, options: list[str], work: Path) -> int:
     env = {**client.child_env(), "PYTHONPATH": os.pathsep.join([str(hook), str(CHECKOUT)])}
     arguments = [sys.executable, "tools/train.py", "--config", str(config), "--device", "cpu", "--iters", "4",
                  "--save_dir", str(work / "out"), "--log_iters", "1", "--opts", *options]
-    done = subprocess.run(arguments, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(arguments, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=HUNG)
     output = done.stdout + done.stderr
     found = client.PEAK.findall(output)
     assert done.returncode == 0 and found, f"tools/train.py failed ({done.returncode}):\n{output[-4000:]}"
@@ -191,6 +192,7 @@ def run_train(config: Path, options: list[str], work: Path) -> int:
 @needs_kit
 @needs_requirements
 @pytest.mark.paddle
+@pytest.mark.slow(20)
 def test_the_kits_own_train_peaks_where_the_probe_did(tmp_path):
     """PP-LiteSeg (STDC2, 12.3 M parameters) at a 128 px crop, batch 4: a budget between batch 3 and 4; PaddleSeg
     cannot accumulate, so apply writes the largest batch that fits, 3 (2 when only the divisors of 4 were tried). 36

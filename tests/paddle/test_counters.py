@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HUNG
 
 pytestmark = pytest.mark.paddle
 
@@ -30,7 +31,7 @@ def tensor(mib):
 def child(code: str) -> dict:
     """Run PRELUDE + code in a fresh interpreter; code prints one JSON line last."""
     done = subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=HUNG)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

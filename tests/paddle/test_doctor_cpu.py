@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import HUNG
 
 from vramtune.core.records import Device
 from vramtune.doctor.base import device_arg
@@ -40,9 +41,10 @@ PARENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow(15)
 def test_doctor_on_this_cpu_measures_what_applies_and_saves_it(private_cache):
     """The whole command, its parent with Paddle blocked: only the checks' children import it."""
-    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=HUNG, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     ran = json.loads(done.stdout.strip().splitlines()[-1])
     code, out, err = ran["code"], ran["out"], ran["err"]
@@ -94,6 +96,7 @@ def test_the_device_check_on_a_missing_gpu_fails_with_paddles_answer():
     assert verdict.figure.startswith("this Paddle build sees no GPU (paddle ")
 
 
+@pytest.mark.slow(10)
 def test_the_gpu_checks_child_code_runs_on_cpu_as_far_as_paddle_lets_it():
     """The GPU-only parts, aimed at the CPU: every Paddle call they make exists in this Paddle (GradScaler, decorate,
     the allocator flag) and measures, with the CPU's answers (the scaler is disabled there, AMP a no-op)."""

@@ -19,6 +19,7 @@ from estimate_activations import HELD_OUT, measure  # noqa: E402
 
 @pytest.mark.parametrize("config, seq, recompute", [(*HELD_OUT[0], False), (*HELD_OUT[1], True)],
                          ids=["llama", "ernie4_5-recompute"])  # the other two: bench/estimate_activations.py
+@pytest.mark.slow(25)
 def test_predicted_activations_of_a_shape_the_fit_never_saw(config, seq, recompute, tmp_path):
     layers, micro = 4, 8
     predicted = activations(architecture({**config, "num_hidden_layers": layers}), seq, flash=False)

@@ -38,6 +38,7 @@ def row(report: dict, **where) -> dict:
     return next(r for r in report["rows"] if all(r[key] == value for key, value in where.items()))
 
 
+@pytest.mark.slow(23)
 def test_the_estimate_from_two_shallow_copies_matches_the_whole_models_peak(cli, llama_arguments):
     report = estimated(cli, llama_arguments)
     assert report["depth_probed"] == "depth 1, 2, 3 of 4" and report["counts"]["layers"] == 4
@@ -47,6 +48,7 @@ def test_the_estimate_from_two_shallow_copies_matches_the_whole_models_peak(cli,
         assert predicted["peak_bytes"] == pytest.approx(actual, rel=0.03), (blocks, predicted, actual)
 
 
+@pytest.mark.slow(37)
 def test_data_parallel_buffers_measured_at_two_ranks_match_a_two_rank_probe(cli, llama_arguments):
     report = estimated(cli, llama_arguments, "--devices", "2")
     assert report["buffer_ratio"] > 0.5  # the buffers hold the fused gradients

@@ -43,6 +43,7 @@ def estimated(cli, path) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow(24)
 def test_probes_at_shorter_sequences_extrapolate_to_the_probe_at_the_whole_sequence(cli, long_sequence,
                                                                                    monkeypatch):
     shorter = estimated(cli, long_sequence)
@@ -77,12 +78,18 @@ def wide_lora(tmp_path, monkeypatch):
                                  "vocab_size": 32768}, {"lora": True, "lora_rank": 8})
 
 
+def wide_lora_estimate(cli, wide_lora, once) -> dict:
+    """The wide LoRA Llama's estimate as vramtune makes it: two tests read it, it is made once in the run."""
+    return once("wide-lora-estimate", lambda: estimated(cli, wide_lora))
+
+
+@pytest.mark.slow(40)
 def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_the_probes_vocabulary(
-        cli, wide_lora, monkeypatch):
+        cli, wide_lora, monkeypatch, once):
     """With the vocabulary reduced (2,048 of 32,768 entries), the depth-3 recompute probe is not run at the raised
     vocabulary and the whole sequence: depth 2's there plus what the third layer keeps, measured at 2,048 entries
     and shorter sequences; against the same estimate with depth 3 probed."""
-    derived = estimated(cli, wide_lora)
+    derived = wide_lora_estimate(cli, wide_lora, once)
     recomputed = {(p["probe"]["depth"], p["probe"]["vocab"], p["probe"]["seq"])
                   for p in derived["probe_log"] if p["probe"]["recomputed"]}
     raised = {vocab for _, vocab, _ in recomputed if vocab != 2048}
@@ -104,6 +111,7 @@ def test_a_deeper_recompute_probe_is_the_shallower_one_plus_the_layers_kept_at_t
     assert derived["best"] == probed["best"]
 
 
+@pytest.mark.slow(12)
 def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_raised_vocabulary(
         cli, long_sequence, monkeypatch):
     """The tiny Llama (128 wide) with its vocabulary reduced to 500: its depth-3 recompute probe at 500 entries misses
@@ -118,14 +126,15 @@ def test_where_what_a_layer_keeps_misses_its_fit_the_deeper_probe_runs_at_the_ra
         (depth, seq) for depth in (2, 3) for seq in (64, 128, 192)}
 
 
+@pytest.mark.slow(25)  # the estimate it shares with the test above, and one more
 def test_a_recompute_probe_at_a_raised_vocabulary_ends_where_backward_first_rebuilds_a_layer(cli, wide_lora,
-                                                                                              monkeypatch):
+                                                                                              monkeypatch, once):
     """The logits set its peak before backward rebuilds a layer (its peak must pass the plain probe's, which no
     rebuilt moment passes): the step ends there, with the same peak to the byte as the whole step's."""
     def raised(answer: dict) -> list[dict]:
         return [p for p in answer["probe_log"] if p["probe"]["recomputed"] and p["probe"]["vocab"] > 4096]
 
-    early = estimated(cli, wide_lora)
+    early = wide_lora_estimate(cli, wide_lora, once)
     monkeypatch.setattr(prober.Prober, "until_rebuild", lambda self, key: False)
     whole = estimated(cli, wide_lora)
     assert [("until_rebuild" in p["phases"], "steps" in p["phases"]) for p in raised(early)] == [(True, False)]

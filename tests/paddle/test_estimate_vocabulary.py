@@ -33,6 +33,7 @@ def estimated(cli, path) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow(17)
 def test_logits_probed_at_a_sixteenth_of_the_vocabulary_scale_back_to_the_whole_models_peak(cli, large_vocabulary,
                                                                                           monkeypatch):
     whole = estimated(cli, large_vocabulary)  # 256 x 8000 fp32 logits: 8 MiB a sample, under LARGE_LOGITS

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, needs_paddlenlp
+from conftest import CONFIGS, HUNG, needs_paddlenlp
 
 from vramtune.core.records import Budget
 from vramtune.core.strategy import Strategy
@@ -36,6 +36,7 @@ def measure_both_ways(spec_path: Path, strategy: Strategy, monkeypatch) -> tuple
     pytest.param("bert-mini-cpu.yaml", Strategy(micro_batch=8, accumulation=4, recomputed_blocks=4),
                  marks=needs_paddlenlp),
 ])
+@pytest.mark.slow(14)
 def test_a_forked_probe_measures_the_peak_of_a_fresh_process_to_the_byte(config, strategy, monkeypatch):
     fresh, forked = measure_both_ways(CONFIGS / config, strategy, monkeypatch)
     assert fresh.status == "measured" and fresh.phases["import"] > 0.3, fresh  # a fresh process imports Paddle
@@ -115,19 +116,20 @@ def test_a_probe_is_answered_once_its_result_is_written_and_gone_before_the_next
 
 def test_a_probe_that_dies_without_a_result_is_answered_when_it_dies_not_when_its_children_do(tmp_path):
     """A probe that leaves a child holding what it would announce its result on, then dies: its exit code is
-    answered at once (the child, which would sleep a minute, is ended with the probe's marker)."""
+    answered at once (the child, which would sleep past the probe's timeout, is ended with the probe's marker): a
+    probe answered when its child ended would have timed out."""
     spec = load_spec(factory_spec(tmp_path, "if os.fork() == 0:\n"
-                                            "    time.sleep(60)\n"
+                                            f"    time.sleep({2 * HUNG})\n"
                                             "    os._exit(0)\n"
                                             "os._exit(3)"))
     backend = ChildBackend()
     device = backend.describe("cpu")
     budget = Budget(spec.budget, 0.05)
     job = job_for(spec, Strategy(micro_batch=4), device, budget)
-    result = backend.measure(job, 50, budget)
+    result = backend.measure(job, HUNG, budget)
     backend.fork_server.close()
     assert result.status == "crashed" and result.error.startswith("exit code 3 without a result"), result
-    assert result.seconds < 40, result
+    assert result.seconds < HUNG, result
 
 
 @needs_paddlenlp

@@ -36,6 +36,7 @@ def test_each_source_measures_real_memory(cli, config, micro, blocks):
 
 
 @needs_paddlenlp
+@pytest.mark.slow(16)
 def test_bert_memory_curve(cli, write_spec):
     """Peak doubles-ish with the micro-batch, falls with each block recomputed by the wrapper (block_path given),
     falls with BERT's own all-layer recompute, and repeats within 2%."""

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SPECS, needs_paddlenlp
+from conftest import HUNG, ROOT, SPECS, needs_paddlenlp
 
 pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
@@ -40,7 +40,7 @@ def built(config: str, task: str) -> dict:
     spec = {"name": "o2", "device": "cpu", "budget": "64MiB", "train": {"target_batch": 2},
             "model": {"source": "paddlenlp", "config": str(SPECS / config), "task": task}, "data": {"seq_len": 16}}
     done = subprocess.run([sys.executable, "-c", BUILD, json.dumps(spec)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=HUNG)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

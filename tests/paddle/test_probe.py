@@ -72,6 +72,7 @@ def test_nothing_fits_exit_1_with_closest_miss(cli):
     assert "nothing fits" in err and "closest:" in err and "over (" in err
 
 
+@pytest.mark.slow(14)
 def test_second_run_reuses_saved_results_and_fresh_reprobes(cli):
     spec = SPECS / "rung-accumulation.yaml"
     _, first, _ = probe(cli, spec)

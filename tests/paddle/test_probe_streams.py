@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SPECS
+from conftest import HUNG, SPECS
 
 pytestmark = pytest.mark.paddle
 
@@ -17,10 +17,10 @@ PROBE = [sys.executable, "-m", "vramtune", "probe", str(SPECS / "rung-plain.yaml
 
 
 def test_the_chosen_line_once_where_stdout_and_stderr_meet_and_on_stdout_alone():
-    together = subprocess.run(PROBE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    together = subprocess.run(PROBE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=HUNG)
     chosen = [line for line in together.stdout.splitlines() if line.startswith("chosen: ")]
     assert together.returncode == 0 and len(chosen) == 1, together.stdout
-    apart = subprocess.run(PROBE, capture_output=True, text=True, timeout=300)  # the saved probes reused
+    apart = subprocess.run(PROBE, capture_output=True, text=True, timeout=HUNG)  # the saved probes reused
     assert apart.returncode == 0 and apart.stdout == chosen[0] + "\n", apart.stderr
     assert apart.stderr.splitlines().count(chosen[0]) == 1
 
@@ -42,7 +42,7 @@ def test_the_chosen_line_once_on_a_terminal():
         if not chunk:
             break
         output += chunk
-    process.wait(timeout=300)
+    process.wait(timeout=HUNG)
     os.close(controller)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
     assert process.returncode == 0, text[-2000:]

@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fault_spec
+from conftest import HUNG, ROOT, fault_spec, hangup_default
 from test_faults import _finish, _start_probe, _wait_for_line, process_gone, saved_lines, wait_until
 
 pytestmark = pytest.mark.paddle
 
-STARTED = 300  # seconds allowed for a run to reach its hanging probe on a loaded machine
-ENDED = 120  # seconds allowed for an interrupted run to end its probe and print its summary
+STARTED = HUNG  # seconds allowed for a run to reach its hanging probe (the probe's timeout too), however loaded
+ENDED = HUNG  # seconds allowed for an interrupted run to end its probe and print its summary
 
 
 def hang_once_spec(pid_file: Path, lo: int = 8, hi: int = 32) -> dict:
@@ -81,7 +81,7 @@ def test_a_signal_keeps_the_finished_probes_and_a_rerun_reuses_them(write_spec, 
     summary = err.splitlines()[-2:]
     assert summary[0] == "interrupted after 1 probe(s): finished probes are saved; run again to resume"
     assert re.fullmatch(rf"1 probe in \d+\.\ds on {re.escape(report['device']['name'])}", summary[1])
-    assert wait_until(lambda: all(map(process_gone, (worker, grandchild, server))), 30)  # nothing of it left
+    assert wait_until(lambda: all(map(process_gone, (worker, grandchild, server))))  # nothing of it left
     first = saved_lines(private_cache)
     assert [p["micro_batch"] for p in first] == [64] and first[0]["status"] == "over_budget"
     rerun_reuses(path, private_cache, first)
@@ -112,7 +112,8 @@ def test_a_signal_once_a_probes_result_is_in_saves_the_probe_first(write_spec, p
     path = write_spec(fault_spec("none", budget=1024, search={"micro_batches": [64, 16]}))
     process = subprocess.Popen([sys.executable, "-c", SIGNALLED_AFTER_READING, "probe", str(path), "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                               env={**os.environ, "SIGNAL_AFTER_READING": str(int(sig)), "VRAMTUNE_FORK": fork})
+                               env={**os.environ, "SIGNAL_AFTER_READING": str(int(sig)), "VRAMTUNE_FORK": fork},
+                               preexec_fn=hangup_default)
     out, err = _finish(process, STARTED)
     assert process.returncode == 128 + sig, err
     report = json.loads(out)
@@ -136,8 +137,9 @@ def test_a_closed_terminal_ends_the_run_and_keeps_its_probes(write_spec, tmp_pat
     path = write_spec(hang_once_spec(pid_file))
     controller, terminal = pty.openpty()
 
-    def own_terminal() -> None:  # in the child: the new session's controlling terminal is the pty
+    def own_terminal() -> None:  # in the child: the new session's controlling terminal is the pty, its hangup heard
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        hangup_default()
 
     process = subprocess.Popen([sys.executable, "-m", "vramtune", "probe", str(path)], stdin=terminal,
                                stdout=terminal, stderr=terminal, start_new_session=True, preexec_fn=own_terminal,
@@ -153,7 +155,7 @@ def test_a_closed_terminal_ends_the_run_and_keeps_its_probes(write_spec, tmp_pat
     finally:
         os.close(controller)  # the terminal is gone
     assert process.wait(timeout=ENDED) == 128 + signal.SIGHUP
-    assert wait_until(lambda: process_gone(worker) and process_gone(grandchild), 30)
+    assert wait_until(lambda: process_gone(worker) and process_gone(grandchild))
     assert list(crashes.iterdir()) == []  # no "internal error" traceback
     first = saved_lines(private_cache)
     assert [p["micro_batch"] for p in first] == [64]
@@ -175,5 +177,5 @@ def test_a_probe_child_killed_by_hand_is_crashed_and_tuning_goes_on(write_spec, 
     assert (killed["micro_batch"], killed["status"]) == (64, "crashed")
     assert killed["error"] == "killed by SIGKILL (likely the system OOM killer)"
     assert (after["micro_batch"], after["status"]) == (16, "over_budget")  # tuning went on
-    assert wait_until(lambda: process_gone(grandchild), 30)  # the probe's own processes were ended with it
+    assert wait_until(lambda: process_gone(grandchild))  # the probe's own processes were ended with it
     assert [p["status"] for p in saved_lines(private_cache)] == ["crashed", "over_budget"]

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from band import assert_in_band
-from conftest import ROOT, SPECS, needs_paddlenlp
+from conftest import HUNG, ROOT, SPECS, needs_paddlenlp
 
 pytestmark = [pytest.mark.paddle, needs_paddlenlp]
 
@@ -37,20 +37,27 @@ def tune(cli, path, *flags):
     return out, json.loads(stdout)["chosen"]
 
 
+# The least search that still chooses what a test trains (the rungs themselves: tests/paddle/test_probe.py):
+# accumulation up to the target batch's 4 steps, no recompute; m=16 does not fit, m=4 x 4 does, and nothing else fits
+# to be chosen by CPU timing (the whole ladder measured 9 probes, 84 CPU seconds; this, 2)
+ACCUMULATION_ONLY = ("--max-accumulation", "4", "--no-recompute")
+
+
 def trainer_peak(path, cwd) -> dict:
     done = subprocess.run([sys.executable, str(RUNNER), str(path)], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+                          timeout=HUNG)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow(30)
 def test_llama_arguments_file_probe_apply_and_the_trainer_peaks_as_measured(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, original = arguments_file(tmp_path, "tiny-llama")
-    code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json")
+    code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json", *ACCUMULATION_ONLY)
     assert code == 0, err
     assert json.loads(out)["chosen"]["peak_bytes"] <= 120 * 2**20 * 0.95
-    tuned_path, chosen = tune(cli, path, "--budget", "120MiB")
+    tuned_path, chosen = tune(cli, path, "--budget", "120MiB", *ACCUMULATION_ONLY)
     tuned = json.loads(tuned_path.read_text())
     assert set(original) <= set(tuned)  # every key kept
     assert {k: v for k, v in tuned.items() if k in original and k not in ("per_device_train_batch_size",
@@ -63,6 +70,7 @@ def test_llama_arguments_file_probe_apply_and_the_trainer_peaks_as_measured(cli,
     assert_in_band(chosen["peak_bytes"], measured["peak_bytes"])
 
 
+@pytest.mark.slow(84)
 def test_llama_partial_recompute_exports_no_recompute_layers_the_trainer_reproduces(cli, tmp_path, monkeypatch,
                                                                                    steady_speed):
     """Partial and full recompute both fit; which is faster is CPU timing (under load the search chose all 4
@@ -78,14 +86,16 @@ def test_llama_partial_recompute_exports_no_recompute_layers_the_trainer_reprodu
     assert_in_band(chosen["peak_bytes"], measured["peak_bytes"])
 
 
+@pytest.mark.slow(10)
 def test_bert_sequence_classification_peaks_as_measured(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-bert", max_length=128, per_device_train_batch_size=32)
-    tuned_path, chosen = tune(cli, path, "--budget", "60MiB")
+    tuned_path, chosen = tune(cli, path, "--budget", "60MiB", "--max-accumulation", "4", "--no-recompute")  # m=8 x 4
     measured = trainer_peak(tuned_path, tmp_path)
     assert_in_band(chosen["peak_bytes"], measured["peak_bytes"])
 
 
+@pytest.mark.slow(17)
 def test_gpt_recompute_is_exported_as_a_granularity_that_really_recomputes(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-gpt", max_length=128, per_device_train_batch_size=16)
@@ -101,6 +111,7 @@ def test_gpt_recompute_is_exported_as_a_granularity_that_really_recomputes(cli, 
     assert_in_band(chosen["peak_bytes"], recomputed["peak_bytes"])
 
 
+@pytest.mark.slow(18)
 def test_lora_is_measured_as_the_llm_script_builds_it_and_the_trainer_peaks_as_measured(cli, tmp_path, monkeypatch):
     """LoRA r=8 as PaddleNLP's llm script builds it: only the adapters train (their gradients and AdamW moments, not
     the model's), recompute saves less than in a full fine-tune (the frozen embeddings leave layer 0 unrecomputed),
@@ -124,7 +135,7 @@ def test_lora_is_measured_as_the_llm_script_builds_it_and_the_trainer_peaks_as_m
     saving = {name: spec["peak_bytes"] - measured(source, "-r", 4)["peak_bytes"]
               for name, spec, source in (("lora", lora, path), ("full", whole, full))}
     assert 0 < saving["lora"] < 0.9 * saving["full"], saving
-    tuned_path, chosen = tune(cli, path, "--budget", "120MiB")
+    tuned_path, chosen = tune(cli, path, "--budget", "120MiB", *ACCUMULATION_ONLY)
     tuned = json.loads(tuned_path.read_text())
     assert (tuned["lora"], tuned["lora_rank"]) == (True, 8) and chosen["trainable_params"] == lora["trainable_params"]
     trainer = trainer_peak(tuned_path, tmp_path)
@@ -141,13 +152,14 @@ def test_prefix_tuning_is_measured_as_the_llm_script_builds_it(cli, tmp_path, mo
     assert_in_band(chosen["peak_bytes"], trainer["peak_bytes"])
 
 
+@pytest.mark.slow(30)
 def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budget(cli, tmp_path, monkeypatch):
     """An evaluation batch of 32 that does not fit beside the tuned training state is lowered to the largest that
     does; the Trainer training the tuned LoRA file and evaluating at that batch peaks where vramtune measured, and
     both phases stay within the budget."""
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-llama", lora=True, do_eval=True, per_device_eval_batch_size=32)
-    code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json")
+    code, out, err = cli("probe", path, "--device", "cpu", "--budget", "120MiB", "--json", *ACCUMULATION_ONLY)
     assert code == 0, err
     report = json.loads(out)
     chosen, limit = report["chosen"], report["limit_bytes"]
@@ -155,7 +167,7 @@ def test_evaluation_is_part_of_the_run_and_the_trainer_evaluates_within_the_budg
     larger = min(int(batch) for batch in chosen["eval_peaks"] if int(batch) > chosen["eval_batch"])
     assert int(chosen["eval_peaks"][str(larger)]) > limit  # the next one measured does not fit
     assert f"evaluation at batch {chosen['eval_batch']} (lowered from 32: larger ones do not fit)" in err
-    tuned_path, _ = tune(cli, path, "--budget", "120MiB")
+    tuned_path, _ = tune(cli, path, "--budget", "120MiB", *ACCUMULATION_ONLY)
     tuned = json.loads(tuned_path.read_text())
     assert tuned["per_device_eval_batch_size"] == chosen["eval_batch"] and tuned["do_eval"] is True
     trainer = trainer_peak(tuned_path, tmp_path)

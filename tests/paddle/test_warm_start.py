@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import CONFIGS, ROOT
+from conftest import CONFIGS, HUNG, ROOT
 
 from vramtune.probing import forking
 
@@ -40,7 +40,7 @@ def run_vramtune(arguments: list[str], tmp_path) -> tuple[int, list[str]]:
     """`python -m vramtune ARGUMENTS`: its exit code and stdout, where an exit handler says whether the CLI was
     imported when the warm worker started (None: no worker started)."""
     done = subprocess.run([sys.executable, "-c", EARLY.format(arguments=arguments)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env={**forking.worker_env({}), "VRAMTUNE_CACHE": str(tmp_path / "c"),
+                          timeout=HUNG, cwd=ROOT, env={**forking.worker_env({}), "VRAMTUNE_CACHE": str(tmp_path / "c"),
                                                       "VRAMTUNE_LOCKS": str(tmp_path / "l")})
     return done.returncode, done.stdout.splitlines()
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HUNG
 
 pytestmark = pytest.mark.paddle
 
@@ -53,7 +54,7 @@ def measured(warmup: str, accumulation: int, steps: int = 2, frozen: str = "") -
     """Measured steps after `warmup` ('train_step', 'warmup_step' or 'state_step') in a fresh process, as a probe
     runs."""
     done = subprocess.run([sys.executable, "-c", CHILD, warmup, str(accumulation), str(steps), frozen], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HUNG)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
