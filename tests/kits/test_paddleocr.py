@@ -25,9 +25,6 @@ CHECKOUT = client.kit("PaddleOCR")
 needs_kit = pytest.mark.skipif(CHECKOUT is None, reason=f"no PaddleOCR checkout in {client.KITS}")
 MOBILE = "configs/rec/PP-OCRv5/PP-OCRv5_mobile_rec.yml"
 SERVER = "configs/rec/PP-OCRv5/PP-OCRv5_server_rec.yml"
-# the heads sized for en_dict's 95 characters, not the shipped 18,383: the probes and the kit's run train every scale
-# as they would, in half the time (15.3 M parameters, not 31.5 M)
-EN_DICT = "Global.character_dict_path=ppocr/utils/en_dict.txt"
 
 
 @needs_kit
