@@ -256,6 +256,6 @@ def test_where_the_configs_data_is_not_there_the_kit_does_not_verify_and_says_wh
                           tmp_path / "t.yml")
     assert code == 0 and backend.tool_runs == [], stderr
     assert (f"not verified by the file's own tool: PaddleSeg's tools/train.py trains on the config's own data, which "
-            f"is not in {CHECKOUT} (train_dataset.dataset_root: data/optic_disc_seg; train_dataset.train_path: "
+            f"is not in {CHECKOUT.resolve()} (train_dataset.dataset_root: data/optic_disc_seg; train_dataset.train_path: "
             "data/optic_disc_seg/train_list.txt): give its place with -O, or name a run of your own with "
             "--verify-with\n") in stderr
