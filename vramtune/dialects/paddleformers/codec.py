@@ -16,6 +16,7 @@ from vramtune.core.report import Tuned
 from vramtune.core.strategy import AMP_PRECISIONS, SHARDING_STAGES, Facts, dtype_of, level_of
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.roundtrip import DELETE
+from vramtune.dialects.trainer_keys import refuse_sharding_extras
 from vramtune.memory.architecture import ArchitectureError, read_config
 
 # what PaddleFormers (TrainingArguments, FinetuningArguments) takes when a config leaves these keys out
@@ -80,11 +81,7 @@ def _sharding(config: Section) -> dict[str, Any]:
     mode = _given(config, "sharding", str) or ""
     degree = config.get("sharding_parallel_size", int, -1)
     options = config.get("sharding_parallel_config", str, "") or ""
-    if "offload" in mode:
-        config.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
-    if options.strip() and mode.strip():
-        config.fail("sharding_parallel_config", f"{options!r} changes how sharding holds its buffers, which vramtune "
-                                                "does not measure: leave it empty to tune")
+    refuse_sharding_extras(config, mode, options)
     return {"devices": degree} if degree and degree > 1 else {}
 
 

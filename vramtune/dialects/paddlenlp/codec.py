@@ -15,6 +15,7 @@ from vramtune.core.report import Tuned
 from vramtune.core.spec import Spec
 from vramtune.core.strategy import AMP_PRECISIONS, GRANULARITIES, PURE, SAFE_BLACK_LIST, Strategy, dtype_of, level_of
 from vramtune.dialects.paddlenlp.local import local_path
+from vramtune.dialects.trainer_keys import refuse_sharding_extras
 from vramtune.memory.architecture import ArchitectureError, read_config
 
 # the llm-script keys `to_arguments` writes -> what a parser without them (TrainingArguments alone) leaves in a
@@ -104,11 +105,7 @@ def read_sharding(arguments: Section) -> dict[str, Any]:
     degree = arguments.get("sharding_parallel_degree", int, -1)
     legacy = arguments.get("sharding_degree", int, -1)
     config = arguments.get("sharding_parallel_config", str, "") or ""
-    if "offload" in mode:
-        arguments.fail("sharding", f"{mode!r}: offloading to the host is not measured by vramtune: drop offload")
-    if config.strip() and mode.strip():
-        arguments.fail("sharding_parallel_config", f"{config!r} changes how sharding holds its buffers, which "
-                                                   "vramtune does not measure: leave it empty to tune")
+    refuse_sharding_extras(arguments, mode, config)
     ranks = max(degree or -1, legacy or -1)
     return {"devices": ranks} if ranks > 1 else {}
 
