@@ -33,7 +33,9 @@ def test_the_demos_answer_is_verified_by_the_workflow_at_the_peak_the_workflow_h
                                               "to wait for)")
     assert not list(tmp_path.glob(".*"))  # the verified copy is gone
     oracle = workflow_peak(tuned, ROOT, "max_steps=3", f"output_dir={tmp_path / 'out'}")
-    assert oracle["steps"] == 3 and abs(run["peak_bytes"] / oracle["peak_bytes"] - 1) <= 0.005
+    # two runs of the same workflow: a CI run read them 0.53% apart (2,188,340 / 2,199,984 B, the loader's read-ahead
+    # at the peak varies with load)
+    assert oracle["steps"] == 3 and abs(run["peak_bytes"] / oracle["peak_bytes"] - 1) <= 0.01
     code, out, err = cli("check", tuned, "--json")  # the gate runs the workflow on the written file itself
     verdict = json.loads(out)
     assert (code, verdict["status"], verdict["verification"]["status"]) == (0, "pass", "fits"), err
