@@ -7,15 +7,31 @@ from typing import List, Optional
 import typer
 
 from vramtune.commands import common
+from vramtune.core.reading import Problem
+from vramtune.dialects.paddleformers.layout import LAYOUT_KEYS, NEUTRAL
+from vramtune.dialects.paddleformers.reading import formers_data
 from vramtune.probing.runner import Backend
 from vramtune.render import output
-from vramtune.spec import SpecError, load_spec
+from vramtune.spec import Spec, SpecError, load_spec
 
 
 def split(arguments: list[str]) -> tuple[list[Path], list[str]]:
     """The files, and the key=value overrides among them (an argument with `=` that names no file)."""
     overrides = [argument for argument in arguments if "=" in argument and not Path(argument).exists()]
     return [Path(argument) for argument in arguments if argument not in overrides], overrides
+
+
+def _load(path: Path, changes: dict[str, list[str]]) -> tuple[Spec, list[Problem]]:
+    """The spec, and the parallel keys of a PaddleFormers config, which `estimate` reads and a probe refuses here:
+    the rest of such a file is read again with them off, so that every other problem is found."""
+    try:
+        return load_spec(path, changes, read_data=False), []  # a pass over training data runs Paddle
+    except SpecError as error:
+        layout = [p for p in error.problems if p.key in LAYOUT_KEYS]
+        if not layout or formers_data(path) is None:
+            raise
+        off = [f"{p.key}={NEUTRAL[p.key]}" for p in layout]
+        return load_spec(path, {"kit.options": [*changes["kit.options"], *off]}, read_data=False), layout
 
 
 def register(app: typer.Typer, backend: Backend) -> None:
@@ -37,11 +53,13 @@ def register(app: typer.Typer, backend: Backend) -> None:
         files = []
         for path in spec_paths:
             try:
-                spec = load_spec(path, changes, read_data=False)  # a pass over training data runs Paddle
-                files.append({"file": str(path), "ok": True, "problems": [], "warnings": spec.warnings})
-                for warning in spec.warnings:
+                spec, layout = _load(path, changes)
+                files.append({"file": str(path), "ok": True, "problems": [], "warnings": spec.warnings,
+                              **({"estimate_only": [p.key for p in layout]} if layout else {})})
+                for warning in [*spec.warnings, *map(str, layout)]:
                     output.warn(warning)
-                output.say(f"ok: {path}")
+                output.say(f"ok for estimate: {path} (probe and apply refuse its parallel keys here)" if layout
+                           else f"ok: {path}")
             except SpecError as error:
                 files.append({"file": str(path), "ok": False, "problems": [str(p) for p in error.problems],
                               "warnings": []})

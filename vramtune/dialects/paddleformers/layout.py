@@ -16,6 +16,7 @@ DEGREES = {"tensor_model_parallel_size": "mp", "pipeline_model_parallel_size": "
            "virtual_pipeline_model_parallel_size": "vpp", "expert_model_parallel_size": "ep"}
 FLAGS = ("sequence_parallel", "use_expert_parallel")
 LAYOUT_KEYS = (*DEGREES, *FLAGS)  # what estimate reads of the keys a probe refuses
+NEUTRAL = {**{key: "1" for key in DEGREES}, **{key: "false" for key in FLAGS}}  # each key's value that turns it off
 
 
 def _degree(config: dict[str, Any], key: str) -> int:
