@@ -9,7 +9,8 @@ last, counted from config.json (memory/architecture.py). Their bytes per precisi
 the mechanisms' counted state (memory/state.py), over the dp ranks for the dense state and over the expert group
 (N / (pp x ep)) for the experts'. Activations: the analytic per-layer model (memory/analytic.py) split as Megatron
 splits them (memory/parallel.py), times the micro-batches in flight on the stage; the logits over the tp ranks on
-the last stage; under ep the all-to-all's send and receive buffers of one layer's routed tokens."""
+the last stage; under ep the all-to-all's send and receive buffers of one layer's routed tokens. With tp = pp = ep = 1
+a layout is the data-parallel row of answer.py to the byte (the same counted state and activations)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,6 +29,19 @@ HALF_BYTES = 2  # the all-to-all buffers hold the routed tokens in the compute t
 # in their order: the first decides, the next breaks its ties
 PREFERENCES = ("no recompute", "the least model parallelism (tp x pp)", "the fewest pipeline stages",
                "the smallest ep", "the largest micro-batch", "the lowest sharding stage", "no interleaving")
+# what the layouts' figures rest on, said with them
+NOTES = (
+    "layouts, counted: each pipeline stage's parameters from config.json, split as PaddleFormers 1.2 splits them "
+    "(tp: attention, dense MLP, shared experts and the vocabulary; norms and routers whole; ep: experts/ep whole "
+    "experts per rank; the embedding on the first stage, the head, final norm and multi-token-prediction block on the "
+    "last, a tied embedding copied there with pp > 1); the dense state sharded over the dp ranks, the experts' over "
+    "N / (pp x ep)",
+    "layouts, assumed: the activations split over tp as Megatron splits them (the norms' whole without sequence "
+    "parallel; the routed experts' over tp too); under 1F1B stage k holds pp - k micro-batches (interleaved: "
+    "Megatron's warm-up); under ep two all-to-all buffers of a layer's routed tokens in the compute type. Not "
+    "counted: the layer sharding stage 3 gathers whole (nor in the data-parallel rows). Nothing multi-rank was "
+    "probed",
+)
 
 
 @dataclass(frozen=True)

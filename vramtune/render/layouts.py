@@ -8,7 +8,7 @@ from vramtune.core.records import Budget
 from vramtune.core.units import format_bytes
 from vramtune.dialects.paddleformers.layout import layout_keys
 from vramtune.dialects.roundtrip import value_text
-from vramtune.estimating.layouts import PREFERENCES, SHOWN, LayoutRow, Layouts, StagePeak
+from vramtune.estimating.layouts import NOTES, PREFERENCES, SHOWN, LayoutRow, Layouts, StagePeak
 from vramtune.render.estimate import STATE_WORDS
 from vramtune.render.output import console, say
 
@@ -68,4 +68,6 @@ def render_layouts(layouts: Layouts, budget: Budget) -> None:
         say(f"  in the PaddleFormers config: {keys}")
     else:
         say(f"best layout: none of the {layouts.candidates:,} is predicted to fit {format_bytes(limit)}")
+    for note in NOTES:
+        say(f"note: {note}")
     say(f"(the best layout by preference: {'; '.join(PREFERENCES)}. Speed is not estimated)")

@@ -47,14 +47,16 @@ def stated_layout(config: dict[str, Any], devices: int | None) -> Layout:
 
 
 def layout_keys(layout: Layout) -> dict[str, Any]:
-    """The PaddleFormers keys that train with `layout` (sharding over its dp ranks, every layer recomputed or none)."""
+    """The PaddleFormers keys that train with `layout` (sharding over its dp ranks, or none: "" where PaddleFormers'
+    default stage1 would shard; every layer recomputed or none)."""
     keys: dict[str, Any] = {"tensor_model_parallel_size": layout.mp, "pipeline_model_parallel_size": layout.pp}
     if layout.vpp > 1:
         keys["virtual_pipeline_model_parallel_size"] = layout.vpp
     keys["sequence_parallel"] = layout.sp
     if layout.ep > 1:
         keys.update({"use_expert_parallel": True, "expert_model_parallel_size": layout.ep})
-    keys["sharding"] = f"stage{layout.stage}" if layout.stage else ""
+    if layout.dp > 1:
+        keys["sharding"] = f"stage{layout.stage}" if layout.stage else ""
     keys.update({"per_device_train_batch_size": layout.micro_batch,
                  "gradient_accumulation_steps": layout.accumulation})
     return {**keys, **(EVERY_LAYER if layout.recompute else {})}
