@@ -8,6 +8,7 @@ estimate names them. Anything else is a spec, estimated from CPU probes (spec_es
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,11 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
     elif not seq_len:
         notes.insert(0, f"sequence length {raw['data']['seq_len']}: max_seq_len, an upper bound (without packing a "
                         "batch is padded to its longest row; the training data was not read)")
-    return Question(folder.name, _config(folder), seq_len=seq_len or raw["data"]["seq_len"],
+    config = _config(folder)
+    if layout and layout.ep > 1 and not architecture(config).moe:
+        notes.append(f"expert_model_parallel_size: {layout.ep}: the model has no experts, read as 1")
+        layout = replace(layout, ep=1)
+    return Question(folder.name, config, seq_len=seq_len or raw["data"]["seq_len"],
                     batch=batch or raw["train"]["target_batch"],
                     fine_tuning="LoRA" if str(data.get("fine_tuning", "LoRA")).lower() == "lora" else "full",
                     lora_rank=_lora_rank(file, data), compute_type=compute_type,
