@@ -10,6 +10,7 @@ import pytest
 from conftest import SPECS
 from fakes import FakeDevice
 
+from vramtune.dialects.paddleformers.layout import layout_keys, stated_layout
 from vramtune.estimating.answer import Question, answer
 from vramtune.estimating.layouts import search
 from vramtune.memory.architecture import architecture
@@ -164,3 +165,58 @@ def test_a_stated_layout_the_model_cannot_take_is_named(fake_cli, recipe):
     recipe.write_text(QWEN3_MOE.replace("tensor_model_parallel_size: 2", "tensor_model_parallel_size: 8"))
     code, _, err = cli("estimate", recipe, "--card", "80GB", "--devices", "16")
     assert code == 0 and ("\nthe file's layout cannot run the model: tp 8 does not divide kv-heads 4\n") in err
+
+
+ERNIE_SFT_8K = """# ERNIE examples/configs/ERNIE-4.5-21B-A3B/sft/run_sft_8k.yaml (8 x 80 GB, moe_group: mp), in PaddleFormers 1.2's keys
+train_dataset_type: erniekit
+train_dataset_path: ./data/train.json
+max_seq_len: 8192
+model_name_or_path: ./ERNIE-4.5-21B-A3B
+stage: SFT
+fine_tuning: full
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+tensor_model_parallel_size: 4
+pipeline_model_parallel_size: 2
+expert_model_parallel_size: 4
+use_expert_parallel: true
+sequence_parallel: true
+recompute_granularity: full
+recompute_method: uniform
+recompute_num_layers: 1
+compute_type: bf16
+fp16_opt_level: O2
+"""
+
+
+def test_ernies_recipe_layout_holds_its_pipeline_stages_apart(fake_cli, tmp_path):
+    """The last stage holds the head's logits and the multi-token-prediction block: the stages' peaks differ."""
+    (tmp_path / "ERNIE-4.5-21B-A3B").mkdir()
+    shutil.copy(CONFIGS / "ernie-4.5-21b-a3b.json", tmp_path / "ERNIE-4.5-21B-A3B" / "config.json")
+    (tmp_path / "sft_8k.yaml").write_text(ERNIE_SFT_8K)
+    cli, _ = fake_cli(FakeDevice())
+    code, _, err = cli("estimate", tmp_path / "sft_8k.yaml", "--card", "80GB")
+    assert code == 0 and """
+the file's layout: dp1 tp4 pp2 ep4 sp, m=1 x 8, every layer recomputed: peak 55.2 GiB per rank (stage 1) of 70.8 GiB: fits
+  stage 0: 49.3 GiB: weights 5.0 GiB, gradients 10.0 GiB, optimizer state 29.9 GiB, activations 687.5 MiB, all-to-all buffers 120.0 MiB, allocator reserve 3.7 GiB
+  stage 1: 55.2 GiB: weights 5.4 GiB, gradients 10.7 GiB, optimizer state 32.2 GiB, activations 140.0 MiB, logits 2.6 GiB, all-to-all buffers 120.0 MiB, allocator reserve 4.1 GiB
+best layout: dp2 tp4 sp stage2, m=1 x 8, no recompute: peak 68.5 GiB per rank (stage 0) of 70.8 GiB: fits
+""" in err
+
+
+def test_an_expert_parallel_degree_on_a_dense_model_is_read_as_1(fake_cli, tmp_path):
+    (tmp_path / "Qwen3-8B").mkdir()
+    shutil.copy(CONFIGS / "qwen3-8b.json", tmp_path / "Qwen3-8B" / "config.json")
+    config = tmp_path / "dense.yaml"
+    config.write_text(QWEN3_MOE.replace("./Qwen3-30B-A3B", "./Qwen3-8B"))
+    cli, _ = fake_cli(FakeDevice())
+    code, _, err = cli("estimate", config, "--card", "80GB")
+    assert code == 0 and "\nnote: expert_model_parallel_size: 4: the model has no experts, read as 1\n" in err
+    assert "\nthe file's layout: dp2 tp2 pp2 sp stage1, m=1 x 4, every layer recomputed: " in err
+
+
+def test_the_best_layouts_keys_state_that_layout_again():
+    """What the estimate prints for a layout is what the dialect reads back as the file's layout."""
+    sizes = Sizes(hidden=2048, heads=32, kv_heads=4, vocab=151936, layers=48, experts=128, seq=4096)
+    for layout in candidates(sizes, 8, 8)[0]:
+        assert stated_layout(layout_keys(layout), layout.devices) == layout
