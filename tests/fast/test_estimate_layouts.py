@@ -46,7 +46,7 @@ WARNING = ("changes memory: {what} is not probed on this machine yet (multi-rank
            "estimate FILE` reads it and predicts the file's layout per rank and pipeline stage; set it to {off} to tune "
            "the rest")
 LAYOUTS = """\
-layouts of 8 devices, full fine-tuning at bf16-o2 (estimated: nothing multi-rank was probed): 1,080 considered, 298 can run the model (tp divides the hidden size, heads, key/value heads, vocabulary and sequence; pp x vpp divides the layers; vpp > 1 only with pp > 2; accumulation >= pp; pp > 1 with sharding stage 1 at most; ep divides the experts and dp x tp, and takes sharded replicas), 6 predicted to fit 70.8 GiB per rank
+layouts of 8 devices, full fine-tuning at bf16-o2 (estimated: nothing multi-rank was probed): 1,080 considered, 298 can run the model (tp within a node of at most 8 devices, dividing the hidden size, heads, key/value heads, vocabulary and sequence; with several nodes pp at most the nodes; pp x vpp divides the layers; vpp > 1 only with pp > 2; accumulation >= pp; pp > 1 with sharding stage 1 at most; ep divides the experts and dp x tp, and takes sharded replicas), 6 predicted to fit 70.8 GiB per rank
 the best 5 by preference
 ┏━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━┓
 ┃ layout                ┃ batch per replica ┃   recompute ┃ peak per rank ┃          per stage ┃
@@ -91,6 +91,10 @@ def test_a_layout_is_pruned_for_every_reason_at_once():
         "expert parallel takes no plain data parallel: the replicas must be a sharding group"]
     assert problems(Layout(dp=1, mp=2, pp=5, accumulation=8), Sizes(2048, 32, 4, 151936, 48)) == [
         "pp 5 x vpp 1 does not divide the 48 layers"]
+    assert problems(Layout(dp=1, mp=8, pp=2, accumulation=8), sizes, nodes=4) == [
+        "tp 8 spans more than one node of 4 devices", "tp 8 does not divide kv-heads 4"]
+    assert problems(Layout(dp=2, mp=4, pp=4, stage=1, accumulation=8), sizes, nodes=2) == [
+        "pp 4 > 2 nodes (auto_tuner's bound)"]
     kept, considered = candidates(sizes, 8, 4)
     assert (len(kept), considered) == (298, 1080)
     assert all(layout.devices == 8 and not problems(layout, sizes) for layout in kept)
@@ -220,3 +224,14 @@ def test_the_best_layouts_keys_state_that_layout_again():
     sizes = Sizes(hidden=2048, heads=32, kv_heads=4, vocab=151936, layers=48, experts=128, seq=4096)
     for layout in candidates(sizes, 8, 8)[0]:
         assert stated_layout(layout_keys(layout), layout.devices) == layout
+
+
+def test_nodes_bound_tensor_and_pipeline_parallelism(fake_cli):
+    cli, _ = fake_cli(FakeDevice())
+    folder = CONFIGS / "qwen3-30b-a3b.json"
+    code, out, _ = cli("estimate", folder, "--card", "80GB", "--devices", "16", "--nodes", "2", "--json")
+    layouts = json.loads(out)["layouts"]
+    assert code == 0 and (layouts["nodes"], layouts["candidates"], layouts["best"][0]["label"]) == (2, 474,
+                                                                                                   "dp16 stage3")
+    code, _, err = cli("estimate", folder, "--card", "80GB", "--devices", "16", "--nodes", "3")
+    assert (code, err) == (2, f"error: {folder}: --nodes: 3 nodes do not divide 16 devices\n")

@@ -42,6 +42,7 @@ class Question:
     master_grad: bool = FORMERS_DEFAULTS["amp_master_grad"]
     attention: str = "flashmask"  # _attn_implementation
     devices: int = 1
+    nodes: int = 1  # the devices' nodes (tensor parallel within one)
     optimizer: str = "adamw"
     notes: list[str] = field(default_factory=list)  # what reading the question found (the sequence length's source)
     layout: Layout | None = None  # the hybrid-parallel layout a file states (its parallel keys)
@@ -166,7 +167,8 @@ def _layouts(question: Question, arch: Architecture, given: Given, factors: Fact
     half = question.compute_type
     lora = question.lora_rank if question.fine_tuning == "LoRA" else None
     return search(arch, question.seq_len, question.attention in FLASH, question.batch, question.devices,
-                  f"{half}{PURE}" if half in AMP_DTYPES else "fp32", given, factors, budget, lora, question.layout)
+                  f"{half}{PURE}" if half in AMP_DTYPES else "fp32", given, factors, budget, lora, question.layout,
+                  question.nodes)
 
 
 def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str]:

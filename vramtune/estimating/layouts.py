@@ -100,6 +100,7 @@ class Layouts:
     """The layout search's answer for one fine-tuning and precision on `devices`."""
 
     devices: int
+    nodes: int
     fine_tuning: str
     precision: str
     considered: int
@@ -113,8 +114,9 @@ class Layouts:
         return self.fitting[0] if self.fitting else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"devices": self.devices, "fine_tuning": self.fine_tuning, "precision": self.precision,
-                "considered": self.considered, "candidates": self.candidates, "fitting": len(self.fitting),
+        return {"devices": self.devices, "nodes": self.nodes, "fine_tuning": self.fine_tuning,
+                "precision": self.precision, "considered": self.considered, "candidates": self.candidates,
+                "fitting": len(self.fitting),
                 "best": [row.to_json() for row in self.fitting[:SHOWN]],
                 "stated": self.stated.to_json() if self.stated else None, "stated_problems": self.stated_problems}
 
@@ -231,19 +233,19 @@ def preference(layout: Layout) -> tuple[int, ...]:
 
 def search(arch: Architecture, seq: int, flash: bool, batch: int, devices: int, precision: str, given: Given,
            factors: Factors, budget: Budget, lora_rank: int | None = None,
-           stated: Layout | None = None) -> Layouts:
-    """Every layout of `devices` that can run the model, those predicted to fit by preference, and the stated
-    layout's peak (or why it cannot run the model)."""
+           stated: Layout | None = None, nodes: int = 1) -> Layouts:
+    """Every layout of `devices` on `nodes` nodes that can run the model, those predicted to fit by preference, and
+    the stated layout's peak (or why it cannot run the model)."""
     shapes = tuple(layers(arch, seq, flash))
     setting = Setting(arch, shapes, seq, flash, precision, given, factors,
                       count(arch, lora_rank).trainable if lora_rank else 0,
                       sum(layer.split + layer.experts for layer in shapes))
-    kept, considered = candidates(sizes(arch, seq), devices, batch)
+    kept, considered = candidates(sizes(arch, seq), devices, batch, nodes)
     rows = [row(setting, layout, budget) for layout in kept]
     fitting = sorted((r for r in rows if r.fits), key=lambda r: preference(r.layout))
-    answer = Layouts(devices, "LoRA" if lora_rank else "full", precision, considered, len(kept), fitting)
+    answer = Layouts(devices, nodes, "LoRA" if lora_rank else "full", precision, considered, len(kept), fitting)
     if stated is not None:
-        answer.stated_problems = problems(stated, sizes(arch, seq))
+        answer.stated_problems = problems(stated, sizes(arch, seq), nodes)
         if not answer.stated_problems:
             answer.stated = row(setting, stated, budget)
     return answer

@@ -99,9 +99,13 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def problems(layout: Layout, sizes: Sizes) -> list[str]:
-    """Why a layout cannot run the model (empty: it can), every reason."""
+def problems(layout: Layout, sizes: Sizes, nodes: int = 1) -> list[str]:
+    """Why a layout cannot run the model on `nodes` nodes (empty: it can), every reason."""
     mp, pp, why = layout.mp, layout.pp, []
+    if mp > min(MAX_MP, layout.devices // nodes):
+        why.append(f"tp {mp} spans more than one node of {min(MAX_MP, layout.devices // nodes)} devices")
+    if nodes > 1 and pp > nodes:
+        why.append(f"pp {pp} > {nodes} nodes (auto_tuner's bound)")
     for name, size in (("hidden", sizes.hidden), ("heads", sizes.heads), ("kv-heads", sizes.kv_heads),
                        ("vocab", sizes.vocab)):
         if size % mp:
@@ -128,13 +132,14 @@ def problems(layout: Layout, sizes: Sizes) -> list[str]:
     return why
 
 
-def candidates(sizes: Sizes, devices: int, batch: int) -> tuple[list[Layout], int]:
-    """Every layout of `devices` that can run the model, and how many were considered: dp x tp x pp = devices (tp at
-    most MAX_MP), vpp 1 or 2, ep over the divisors of the experts, sharding stage 0-3, sequence parallel whenever
-    tp > 1, every layer recomputed or none, each micro-batch of the replica's `batch` (a power of two dividing it)."""
+def candidates(sizes: Sizes, devices: int, batch: int, nodes: int = 1) -> tuple[list[Layout], int]:
+    """Every layout of `devices` on `nodes` nodes that can run the model, and how many were considered: dp x tp x pp
+    = devices (tp within a node of at most MAX_MP devices; with several nodes, pp at most the nodes), vpp 1 or 2, ep
+    over the divisors of the experts, sharding stage 0-3, sequence parallel whenever tp > 1, every layer recomputed
+    or none, each micro-batch of the replica's `batch` (a power of two dividing it)."""
     micro_batches = [m for m in (2**i for i in range(batch.bit_length())) if batch % m == 0]
     considered, kept = 0, []
-    for mp in (d for d in divisors(devices) if d <= MAX_MP):
+    for mp in (d for d in divisors(devices) if d <= min(MAX_MP, devices // nodes)):
         for pp in divisors(devices // mp):
             dp = devices // (mp * pp)
             for vpp in (1, 2):
@@ -145,6 +150,6 @@ def candidates(sizes: Sizes, devices: int, batch: int) -> tuple[list[Layout], in
                                 considered += 1
                                 layout = Layout(dp, mp, pp, vpp, ep, stage, mp > 1, micro, batch // micro,
                                                 recompute)
-                                if not problems(layout, sizes):
+                                if not problems(layout, sizes, nodes):
                                     kept.append(layout)
     return kept, considered

@@ -14,7 +14,8 @@ from vramtune.render.output import console, say
 
 PART_WORDS = {**STATE_WORDS, "activations": "activations", "logits": "logits",
               "dispatch": "all-to-all buffers"}
-PRUNING = ("tp divides the hidden size, heads, key/value heads, vocabulary and sequence; pp x vpp divides the "
+PRUNING = ("tp within a node of at most 8 devices, dividing the hidden size, heads, key/value heads, vocabulary and "
+           "sequence; with several nodes pp at most the nodes; pp x vpp divides the "
            "layers; vpp > 1 only with pp > 2; accumulation >= pp; pp > 1 with sharding stage 1 at most; ep divides "
            "the experts and dp x tp, and takes sharded replicas")
 
@@ -43,9 +44,10 @@ def _described(row: LayoutRow, limit: float) -> str:
 
 def render_layouts(layouts: Layouts, budget: Budget) -> None:
     limit = budget.limit
-    say(f"layouts of {layouts.devices} devices, {layouts.fine_tuning} fine-tuning at {layouts.precision} (estimated: "
-        f"nothing multi-rank was probed): {layouts.considered:,} considered, {layouts.candidates:,} can run the model "
-        f"({PRUNING}), {len(layouts.fitting):,} predicted to fit {format_bytes(limit)} per rank")
+    nodes = f" on {layouts.nodes} nodes" if layouts.nodes > 1 else ""
+    say(f"layouts of {layouts.devices} devices{nodes}, {layouts.fine_tuning} fine-tuning at {layouts.precision} "
+        f"(estimated: nothing multi-rank was probed): {layouts.considered:,} considered, {layouts.candidates:,} can "
+        f"run the model ({PRUNING}), {len(layouts.fitting):,} predicted to fit {format_bytes(limit)} per rank")
     if layouts.fitting:
         table = Table(title=f"the best {min(SHOWN, len(layouts.fitting))} by preference", title_justify="left")
         for column in ("layout", "batch per replica", "recompute", "peak per rank", "per stage"):
