@@ -65,7 +65,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
         card: str = typer.Option(..., "--card", help="the GPU's memory, e.g. 24GiB or 80GB", show_default=False),
         budget: Optional[str] = typer.Option(None, "--budget", help="the memory a run may use (default: the card)"),
         devices: Optional[int] = typer.Option(None, "--devices", min=1, help="data-parallel ranks (default: the "
-                                              "spec's; any number, beyond this machine's devices)"),
+                                              "spec's; any number, beyond this machine's devices); for a model "
+                                              "folder, config.json or PaddleFormers config also every hybrid-parallel "
+                                              "layout of them"),
         calibration: Optional[Path] = typer.Option(None, "--calibrate", help="a `probe --json` report from a GPU: "
                                                    "its probes calibrate the AMP and allocator factors"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1, help="a model folder or config.json: the "

@@ -2,7 +2,8 @@
 naming the folder): no probe, nothing built. The state is counted from the sizes (architecture.py), the activations
 come from the analytic model (analytic.py), and every strategy a PaddleFormers run could take is predicted per
 rank: fine-tuning (LoRA, full) x precision (fp32, AMP O1, O2) x recompute (none, a quarter, half, three quarters,
-every layer) x sharding stage (with several devices) x micro-batch."""
+every layer) x sharding stage (with several devices) x micro-batch; with several devices also every tensor,
+pipeline and expert parallel layout of them, per rank and pipeline stage (layouts.py)."""
 from __future__ import annotations
 
 import time
