@@ -235,3 +235,9 @@ def test_nodes_bound_tensor_and_pipeline_parallelism(fake_cli):
                                                                                                    "dp16 stage3")
     code, _, err = cli("estimate", folder, "--card", "80GB", "--devices", "16", "--nodes", "3")
     assert (code, err) == (2, f"error: {folder}: --nodes: 3 nodes do not divide 16 devices\n")
+
+
+def test_nothing_fitting_any_layout_exits_1(fake_cli):
+    cli, _ = fake_cli(FakeDevice())
+    code, _, err = cli("estimate", CONFIGS / "deepseek-v3.json", "--card", "80GB", "--devices", "8")
+    assert code == 1 and "\nbest layout: none of the 344 is predicted to fit 70.8 GiB\n" in err
