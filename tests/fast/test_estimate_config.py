@@ -141,13 +141,15 @@ def test_bad_input_is_named_with_exit_2(fake_cli, qwen3_8b, change, message):
 
 
 def test_what_the_probes_refuse_is_answered_without_it_and_said(fake_cli, qwen3_8b):
-    """The dialect refuses tensor parallelism and quantized weights for probes and points to estimate, which does
-    not model them either: it answers without them and says so."""
+    """The dialect refuses tensor parallelism and quantized weights for probes and points to estimate: the estimate
+    reads the tensor-parallel degree as the file's layout on as many devices, and answers without the quantized
+    weights, saying so."""
     cli, _ = fake_cli(FakeDevice())
     config = qwen3_8b / "tp.yaml"
     config.write_text(SFT_LORA.replace("compute_type: bf16", "compute_type: wint4\ntensor_model_parallel_size: 4"))
     code, _, err = cli("estimate", config, "--card", "24GiB")
-    assert code == 0 and "note: tensor_model_parallel_size: 4 is not modelled: the figures are without it\n" in err
+    assert code == 0 and "tensor_model_parallel_size" not in err.split("layouts of")[0]
+    assert "\nthe file's layout: dp1 tp4, m=1 x 8, no recompute: peak 14.4 GiB per rank (stage 0) of 22.8 GiB: fits\n" in err
     assert "note: compute_type: 'wint4' quantizes the weights: not modelled, the figures are bf16's\n" in err
 
 

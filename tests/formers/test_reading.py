@@ -49,9 +49,8 @@ def test_unknown_keys_are_named_as_paddleformers_parser_would_reject_them(cli, c
 
 
 @pytest.mark.parametrize(("key", "value", "says"), [
-    ("tensor_model_parallel_size", 2, "tensor parallelism runs on GPUs only and vramtune does not measure it: set it "
-                                      "to 1 to tune the rest, or estimate it without measuring: vramtune estimate"),
-    ("pipeline_model_parallel_size", 4, "pipeline parallelism runs on GPUs only"),
+    ("context_parallel_size", 2, "context parallelism is not measured: set it to 1, or estimate it without "
+                                 "measuring: vramtune estimate"),
     ("compute_type", "wint8", "'wint8' quantizes the weights with GPU kernels"),
     ("compute_type", "fp32", "must be one of bf16, fp16, float32, wint4, wint8, wint4/8, nf4; got 'fp32'"),
     ("sharding_offload_opt_buffersize_GB", 2, "2 changes memory: offloading sharding's buffers is not measured: "

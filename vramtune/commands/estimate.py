@@ -3,6 +3,7 @@ counted state and CPU probes of a depth-reduced copy (vramtune/estimating/); for
 a PaddleFormers config, from the sizes alone (nothing built, no probe)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -64,7 +65,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
         card: str = typer.Option(..., "--card", help="the GPU's memory, e.g. 24GiB or 80GB", show_default=False),
         budget: Optional[str] = typer.Option(None, "--budget", help="the memory a run may use (default: the card)"),
         devices: Optional[int] = typer.Option(None, "--devices", min=1, help="data-parallel ranks (default: the "
-                                              "spec's; any number, beyond this machine's devices)"),
+                                              "spec's; any number, beyond this machine's devices); for a model "
+                                              "folder, config.json or PaddleFormers config also every hybrid-parallel "
+                                              "layout of them"),
         calibration: Optional[Path] = typer.Option(None, "--calibrate", help="a `probe --json` report from a GPU: "
                                                    "its probes calibrate the AMP and allocator factors"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1, help="a model folder or config.json: the "
@@ -72,6 +75,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
         batch: Optional[int] = typer.Option(None, "--batch", min=1, help="a model folder or config.json: samples per "
                                             "step and device (default 8; a PaddleFormers config: "
                                             "per_device_train_batch_size x gradient_accumulation_steps)"),
+        nodes: Optional[int] = typer.Option(None, "--nodes", min=1, help="a model folder, config.json or "
+                                            "PaddleFormers config: the nodes the devices are on (tensor parallel "
+                                            "within one; default 1)"),
         json_output: bool = common.JsonOpt,
         kit_options: Optional[List[str]] = common.KitOpt,
     ) -> None:
@@ -83,12 +89,16 @@ def register(app: typer.Typer, backend: Backend) -> None:
         probes = _calibration(calibration) if calibration is not None else None
         asked = question(spec_path, seq_len, batch, devices, options)
         if asked is not None:
+            if nodes and asked.devices % nodes:
+                raise SpecError([Problem(str(spec_path), "--nodes", f"{nodes} nodes do not divide {asked.devices} "
+                                                                     "devices")])
+            asked = replace(asked, nodes=nodes or 1)
             result = answer(asked, card_bytes, calibration=probes, budget_bytes=budget_bytes)
             render_answer(result)
             if json_output:
                 output.emit_json(result.to_json())
             raise typer.Exit(common.EXIT_OK if result.fits else common.EXIT_NO_FIT)
-        for flag, value in (("--seq-len", seq_len), ("--batch", batch)):
+        for flag, value in (("--seq-len", seq_len), ("--batch", batch), ("--nodes", nodes)):
             if value is not None:
                 raise SpecError([Problem(str(spec_path), flag, "applies to a model folder, a config.json or a "
                                                               "PaddleFormers config: a spec's sequence length and "

@@ -2,7 +2,8 @@
 naming the folder): no probe, nothing built. The state is counted from the sizes (architecture.py), the activations
 come from the analytic model (analytic.py), and every strategy a PaddleFormers run could take is predicted per
 rank: fine-tuning (LoRA, full) x precision (fp32, AMP O1, O2) x recompute (none, a quarter, half, three quarters,
-every layer) x sharding stage (with several devices) x micro-batch."""
+every layer) x sharding stage (with several devices) x micro-batch; with several devices also every tensor,
+pipeline and expert parallel layout of them, per rank and pipeline stage (layouts.py)."""
 from __future__ import annotations
 
 import time
@@ -16,9 +17,11 @@ from vramtune.core.strategy import AMP_DTYPES, PURE, SHARDING_STAGES, Facts, Str
 from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS, batch_keys, formers_facts, to_formers
 from vramtune.doctor.calibration import doctor_factors
 from vramtune.estimating.factors import calibrated
+from vramtune.estimating.layouts import Layouts, search
 from vramtune.estimating.rows import counted_facts, predicted_best, recompute_levels
 from vramtune.memory.analytic import FLASH, activations
 from vramtune.memory.architecture import Architecture, architecture, count
+from vramtune.memory.parallel import Layout
 from vramtune.memory.state import Counts, Factors, Given, Row, row
 from vramtune.plugins import MECHANISMS
 
@@ -40,8 +43,10 @@ class Question:
     master_grad: bool = FORMERS_DEFAULTS["amp_master_grad"]
     attention: str = "flashmask"  # _attn_implementation
     devices: int = 1
+    nodes: int = 1  # the devices' nodes (tensor parallel within one)
     optimizer: str = "adamw"
     notes: list[str] = field(default_factory=list)  # what reading the question found (the sequence length's source)
+    layout: Layout | None = None  # the hybrid-parallel layout a file states (its parallel keys)
 
 
 @dataclass
@@ -55,6 +60,7 @@ class Answer:
     seconds: float
     notes: list[str] = field(default_factory=list)
     factors: Factors = field(default_factory=Factors)
+    layouts: Layouts | None = None  # with several devices: the hybrid-parallel layouts
 
     def best(self, fine_tuning: str) -> Row | None:
         return predicted_best(self.rows[fine_tuning])
@@ -63,7 +69,7 @@ class Answer:
     def fits(self) -> bool:
         """The fine-tuning asked (or either, when none was) has a strategy predicted to fit."""
         asked = [self.question.fine_tuning] if self.question.fine_tuning else list(FINE_TUNINGS)
-        return any(self.best(f) for f in asked)
+        return any(self.best(f) for f in asked) or bool(self.layouts and self.layouts.best)
 
     def to_json(self) -> dict[str, Any]:
         q = self.question
@@ -74,7 +80,8 @@ class Answer:
                 "seconds": round(self.seconds, 3), "notes": self.notes, "factors": vars(self.factors),
                 **{f: {"counts": vars(self.counts[f]), "rows": [r.to_json() for r in self.rows[f]],
                        "best": ({**b.to_json(), "keys": file_keys(b, f, self.counts[f], self.arch)}
-                                if (b := self.best(f)) else None)} for f in FINE_TUNINGS}}
+                                if (b := self.best(f)) else None)} for f in FINE_TUNINGS},
+                "layouts": self.layouts.to_json() if self.layouts else None}
 
 
 def strategies(question: Question, arch: Architecture, fine_tuning: str, facts: Facts) -> list[Strategy]:
@@ -150,8 +157,19 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
             predicted.fits = budget.fits(predicted.reserved)
             rows[fine_tuning].append(predicted)
     active = count(arch).active
+    layouts = _layouts(question, arch, given, factors, budget) if question.devices > 1 else None
     return Answer(question, arch, budget, counts, rows, active, time.monotonic() - start,
-                  _notes(question, arch, factors), factors=factors)
+                  _notes(question, arch, factors), factors=factors, layouts=layouts)
+
+
+def _layouts(question: Question, arch: Architecture, given: Given, factors: Factors, budget: Budget) -> Layouts:
+    """The hybrid-parallel layouts of the question's devices, for the fine-tuning asked (full for a bare model) at
+    the compute type's O2 (fp32 when it is fp32)."""
+    half = question.compute_type
+    lora = question.lora_rank if question.fine_tuning == "LoRA" else None
+    return search(arch, question.seq_len, question.attention in FLASH, question.batch, question.devices,
+                  f"{half}{PURE}" if half in AMP_DTYPES else "fp32", given, factors, budget, lora, question.layout,
+                  question.nodes)
 
 
 def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str]:

@@ -1,18 +1,21 @@
 """What `vramtune estimate` is asked when it is given a model rather than a spec to probe: a model folder or its
 config.json (sizes only), or a PaddleFormers 1.x config naming a local model folder, read by the PaddleFormers
 dialect (vramtune/dialects/paddleformers: its keys checked against PaddleFormers' parser, the sequence length the
-run reaches). Keys the probes refuse because they cannot be measured (tensor or pipeline parallelism, quantized
-weights) are not modelled here either: the estimate says that its figures are without them. Anything else is a spec,
-estimated from CPU probes (spec_estimate.py)."""
+run reaches). Of the keys the probes refuse because they cannot be measured, the parallel ones (tensor, pipeline,
+expert, sequence parallelism) state the layout whose per-rank and per-stage peak the estimate predicts
+(dialects/paddleformers/layout.py); the others (quantized weights, offloading, FP8...) are not modelled, and the
+estimate names them. Anything else is a spec, estimated from CPU probes (spec_estimate.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vramtune.core.reading import Problem, SpecError
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS
+from vramtune.dialects.paddleformers.layout import LAYOUT_KEYS, stated_layout, states_layout
 from vramtune.dialects.paddleformers.reading import formers_data, parse_overrides, spec_from_config
 from vramtune.estimating.answer import Question
 from vramtune.memory.architecture import ArchitectureError, architecture, read_config
@@ -57,7 +60,12 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
     readable = {k: v for k, v in data.items() if k not in refused}
     raw, _ = spec_from_config({**readable, "compute_type": default} if quantized else readable, file)
     folder = Path(raw["model"]["folder"])
-    notes = [f"{key}: {value!r} is not modelled: the figures are without it" for key, value in refused.items()]
+    notes = [f"{key}: {value!r} is not modelled: the figures are without it" for key, value in refused.items()
+             if key not in LAYOUT_KEYS]
+    layout = stated_layout(data, devices) if states_layout(data) else None
+    if layout and devices and devices % (layout.mp * layout.pp):
+        raise SpecError([Problem(file, "--devices", f"{devices} devices: the file's tensor x pipeline parallel "
+                                 f"degrees ({layout.mp} x {layout.pp}) do not divide them")])
     if quantized:
         notes.append(f"compute_type: {compute_type!r} quantizes the weights: not modelled, the figures are "
                      f"{default}'s")
@@ -67,13 +75,17 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
     elif not seq_len:
         notes.insert(0, f"sequence length {raw['data']['seq_len']}: max_seq_len, an upper bound (without packing a "
                         "batch is padded to its longest row; the training data was not read)")
-    return Question(folder.name, _config(folder), seq_len=seq_len or raw["data"]["seq_len"],
+    config = _config(folder)
+    if layout and layout.ep > 1 and not architecture(config).moe:
+        notes.append(f"expert_model_parallel_size: {layout.ep}: the model has no experts, read as 1")
+        layout = replace(layout, ep=1)
+    return Question(folder.name, config, seq_len=seq_len or raw["data"]["seq_len"],
                     batch=batch or raw["train"]["target_batch"],
                     fine_tuning="LoRA" if str(data.get("fine_tuning", "LoRA")).lower() == "lora" else "full",
                     lora_rank=_lora_rank(file, data), compute_type=compute_type,
                     master_grad=bool(data.get("amp_master_grad", FORMERS_DEFAULTS["amp_master_grad"])),
-                    attention=str(data.get("_attn_implementation", "flashmask")), devices=devices or 1,
-                    notes=notes)
+                    attention=str(data.get("_attn_implementation", "flashmask")),
+                    devices=devices or (layout.devices if layout else 1), notes=notes, layout=layout)
 
 
 def question(path: Path, seq_len: int | None, batch: int | None, devices: int | None,

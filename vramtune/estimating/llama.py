@@ -15,17 +15,19 @@ parallel: all over the ranks). Recompute: full keeps each layer's input and one 
 the MLP's tensors too; core_attn drops only the [s, s] attention tensors. Pipeline parallel (1F1B): the first stage
 holds its layers for as many micro-batches as there are stages (L layers' worth), times 1 + (p - 1)/(p v) when
 interleaved. The logits, in the head's stage, per sample and token: LOGITS_BYTES per vocabulary entry over the ranks.
+The tensor-parallel split and the micro-batches in flight are memory/parallel.py's, which `estimate`'s layouts share.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from vramtune.memory.parallel import REPLICATED_SBH, in_flight, tensor_split
 
 # fitted to `vramtune measure` of PaddleFormers 1.2.0's Llama on Paddle 3.3.1 (CPU, fp32, SFT, full fine-tuning) at
 # ten shapes: every peak within 0.3%, the activations within 0.4% (bench/llama_activations.py)
 ACTIVATION_SBH = 55.7  # fp32 bytes per token and hidden unit saved per layer (norms, q/k/v, attention out, residual)
 ACTIVATION_SBF = 16.2  # per token and intermediate unit (the SwiGLU's gate, up, activation and product)
 ACTIVATION_AS2B = 3.95  # per head and token pair (the attention probabilities)
-REPLICATED_SBH = 16.0  # of ACTIVATION_SBH, the norms' inputs and outputs, which tensor parallelism does not split
 LOGITS_BYTES = 12.1  # per token and vocabulary entry outside the layers (the logits, the softmax, its gradient)
 OUTSIDE_SBH = 13.4  # per token and hidden unit outside the layers (embedding output, final norm)
 RESERVE = 0.08  # the GPU allocator's reserve beyond the allocated peak
@@ -98,7 +100,7 @@ def activation_bytes(model: Llama, parallel: Parallel, precision: str) -> float:
     scores = ACTIVATION_AS2B * a * s * s * b
     split = (ACTIVATION_SBH - REPLICATED_SBH) * s * b * h + ACTIVATION_SBF * s * b * f + scores
     replicated = REPLICATED_SBH * s * b * h
-    layer = (replicated + split) / t if parallel.sequence_parallel else replicated + split / t
+    layer = tensor_split(replicated + split, t, parallel.sequence_parallel, replicated)
     if parallel.recompute:
         kept = 4.0 * s * b * h / (t if parallel.sequence_parallel else 1)  # each layer's input, fp32
         if parallel.granularity == "core_attn":
@@ -110,9 +112,7 @@ def activation_bytes(model: Llama, parallel: Parallel, precision: str) -> float:
         working = layer  # one layer rebuilt at a time in backward
     else:
         per_layer, working = layer, 0.0
-    layers_held = model.num_layers  # 1F1B: the first stage holds p micro-batches of L/p layers
-    if parallel.pp > 1 and parallel.vpp > 1:
-        layers_held *= 1 + (parallel.pp - 1) / (parallel.pp * parallel.vpp)
+    layers_held = model.num_layers * in_flight(parallel.pp, parallel.vpp, 0) / parallel.pp  # the first stage's
     outside = LOGITS_BYTES * s * b * model.vocab_size / t + OUTSIDE_SBH * s * b * h
     total = per_layer * layers_held + working + outside
     return total * (1.0 if precision == "fp32" else 0.5)

@@ -9,6 +9,7 @@ from vramtune.dialects.roundtrip import value_text
 from vramtune.estimating.answer import FINE_TUNINGS, Answer, file_keys
 from vramtune.estimating.rows import counted_facts
 from vramtune.render.estimate import add_peak_rows, add_strategy_columns, fills, preferences
+from vramtune.render.layouts import render_layouts
 from vramtune.render.output import console, say
 from vramtune.render.words import best_words
 
@@ -54,4 +55,6 @@ def render_answer(answer: Answer) -> None:
             said = ", ".join(f"{key}: {value_text(value)}" for key, value in keys.items())
             say(f"  in the PaddleFormers config: {said}")
     say(f"(the best by preference: {preferences()}. Speed is not estimated)")
+    if answer.layouts:
+        render_layouts(answer.layouts, answer.budget)
     say(f"answered in {answer.seconds:.2f}s")

@@ -13,6 +13,9 @@ from typing import Any, Callable
 from vramtune.core.reading import switched_on as _on  # a flag switched on, as the tools read it
 
 ESTIMATE = "or estimate it without measuring: vramtune estimate"
+# the parallel keys `vramtune estimate` reads as the file's layout (layout.py)
+LAYOUT = ("not probed on this machine yet (multi-rank probes are a later step): `vramtune estimate FILE` reads it and "
+          "predicts the file's layout per rank and pipeline stage; set it to {off} to tune the rest")
 
 
 def _above_one(value: Any) -> bool:
@@ -20,17 +23,15 @@ def _above_one(value: Any) -> bool:
 
 # key -> (whether its value changes memory in a way vramtune does not measure, what to do)
 REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tensor_model_parallel_size": (_above_one, "tensor parallelism runs on GPUs only and vramtune does not measure "
-                                   f"it: set it to 1 to tune the rest, {ESTIMATE}"),
-    "pipeline_model_parallel_size": (_above_one, "pipeline parallelism runs on GPUs only and vramtune does not "
-                                     f"measure it: set it to 1 to tune the rest, {ESTIMATE}"),
-    "virtual_pipeline_model_parallel_size": (_above_one, "needs pipeline parallelism, which vramtune does not "
-                                             "measure: set it to 1"),
+    "tensor_model_parallel_size": (_above_one, "tensor parallelism is " + LAYOUT.format(off=1)),
+    "pipeline_model_parallel_size": (_above_one, "pipeline parallelism is " + LAYOUT.format(off=1)),
+    "virtual_pipeline_model_parallel_size": (_above_one, "interleaved pipeline parallelism is "
+                                             + LAYOUT.format(off=1)),
     "context_parallel_size": (_above_one, f"context parallelism is not measured: set it to 1, {ESTIMATE}"),
     "sep_parallel_size": (_above_one, f"sep (sequence) parallelism is not measured: set it to 1, {ESTIMATE}"),
-    "expert_model_parallel_size": (_above_one, f"expert parallelism is not measured: set it to 1, {ESTIMATE}"),
-    "use_expert_parallel": (_on, "expert parallelism is not measured: set it to false"),
-    "sequence_parallel": (_on, "needs tensor parallelism, which vramtune does not measure: set it to false"),
+    "expert_model_parallel_size": (_above_one, "expert parallelism is " + LAYOUT.format(off=1)),
+    "use_expert_parallel": (_on, "expert parallelism is " + LAYOUT.format(off="false")),
+    "sequence_parallel": (_on, "sequence parallelism is " + LAYOUT.format(off="false")),
     "enable_auto_parallel": (_on, "auto parallel is not measured: set it to false"),
     "weight_quantize_algo": (_on, "quantized weights need GPU kernels; a probe would measure unquantized weights: "
                              f"remove the key to tune without quantization, {ESTIMATE}"),
@@ -40,8 +41,9 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                   "lora_path to tune a fresh adapter of lora_rank"),
     "num_nextn_predict_layers": (_above_one, "multi-token prediction layers are not measured: set it to 0"),
     "pre_alloc_memory": (_on, "a pre-allocated block is not measured: set it to 0"),
-    "tensorwise_offload_optimizer": (_on, "offloading the optimizer to the host is not measured: set it to false"),
-    "offload_fp8_expert_master_weight": (_on, "offloading is not measured: set it to false"),
+    "tensorwise_offload_optimizer": (_on, "offloading the optimizer to the host is neither measured nor estimated: "
+                                     "set it to false"),
+    "offload_fp8_expert_master_weight": (_on, "offloading is neither measured nor estimated: set it to false"),
     "use_fused_linear_cross_entropy": (_on, "the fused linear cross entropy kernel is not measured: set it to false"),
     "fuse_optimizer_states": (_on, "fused optimizer states are not measured: set it to false"),
 }
