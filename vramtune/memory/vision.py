@@ -341,15 +341,15 @@ class VisionActivations:
     tower_kept: float  # per sample, what a recomputed tower layer keeps
     tower_outside: float  # per sample: the patch embeddings and the aligner
     tower_layers: int
-    trained: bool
+    tower_trained: bool  # a gradient flows into the tower
+    aligner_trained: bool  # into the aligner (or through it, into the tower)
     floor: float = 0.0
 
     def activations(self, layers: int, micro_batch: int, recomputed: int) -> float:
         text = self.text.activations(layers, micro_batch, recomputed)
-        if not self.trained:
-            return text
         per_layer = self.tower_kept if recomputed else self.tower_layer
-        return text + micro_batch * (self.tower_layers * per_layer + self.tower_outside)
+        tower = self.tower_layers * per_layer if self.tower_trained else 0.0
+        return text + micro_batch * (tower + (self.tower_outside if self.aligner_trained else 0.0))
 
 
 def tower_layer_bytes(tower: Tower, patches: int) -> float:
@@ -359,9 +359,10 @@ def tower_layer_bytes(tower: Tower, patches: int) -> float:
     return patches * (c.hidden * tower.hidden + c.kv * tower.hidden + c.intermediate * tower.intermediate)
 
 
-def vl_activations(vl: VisionLanguage, seq: int, patches: int, flash: bool, trained: bool) -> VisionActivations:
+def vl_activations(vl: VisionLanguage, seq: int, patches: int, flash: bool, tower_trained: bool,
+                   aligner_trained: bool) -> VisionActivations:
     """The sample's activations: the language model at `seq` tokens, the tower at `patches` patches."""
     tower = vl.tower
     outside = patches * (4.0 * 3 * tower.patch**2 + 4.0 * tower.hidden + ALIGNER_BYTES * tower.hidden)
     return VisionActivations(activations(vl.text, seq, flash), tower_layer_bytes(tower, patches),
-                             KEPT * patches * tower.hidden, outside, tower.layers, trained)
+                             KEPT * patches * tower.hidden, outside, tower.layers, tower_trained, aligner_trained)
