@@ -69,7 +69,7 @@ def test_the_quirks_freeze_config_has_in_paddleformers_are_counted():
     assert lora_targets("qwen2_5_vl", "freeze_vision freeze_aligner") == lora_targets("qwen2_5_vl", "")
     ernie = count_vl(vl("ernie-4.5-vl-28b-a3b"), None, "freeze_aligner")
     assert ernie.parts["aligner"] == (144_225_280, 144_225_280)
-    assert set(ernie.strays.values()) == {"llm"} and len(ernie.strays) == 8
+    assert set(ernie.strays.values()) == {("aligner", "llm")} and len(ernie.strays) == 8
 
 
 @pytest.mark.parametrize("name, max_pixels, patches, tokens", [

@@ -113,11 +113,13 @@ def notes(vl: VisionLanguage, images: Images, seq_len: int, lora_rank: int) -> l
         "coefficients at the tower's width; kept only where a gradient flows into the tower",
         "estimated from config.json, not probed: vramtune probe, apply and measure refuse VL stages in this version",
     ]
-    if images.freeze and full.strays:
-        name, part = next(iter(full.strays.items()))
-        said.append(f"freeze_config {images.freeze!r}: PaddleFormers assigns parameters to parts by name prefix, "
-                    f"and {len(full.strays)} of the tower's and aligner's go to another part than their own (e.g. "
-                    f"{name}: {part}): counted as PaddleFormers freezes them")
+    strays = {name: parts for name, parts in full.strays.items()
+              if any(f"freeze_{part}" in images.freeze for part in parts)}
+    if strays:
+        name, (own, taken) = next(iter(strays.items()))
+        said.append(f"freeze_config {images.freeze!r}: PaddleFormers assigns parameters to parts by name prefix: "
+                    f"{len(strays)} of the {own}'s count as the {taken}'s (e.g. {name}), frozen or trained with it "
+                    "(counted so)")
     if lora.caught:
         said.append(f"freeze_config {images.freeze!r} under LoRA: PaddleFormers drops the vision patterns, but its "
                     f"language-model patterns still match {len(lora.caught)} vision-tower layers (e.g. "

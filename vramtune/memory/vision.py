@@ -96,7 +96,8 @@ class VLCount:
     total: Count
     parts: dict[str, tuple[int, int]]  # vision, aligner, llm -> (parameters, trainable)
     caught: list[str]  # vision-tower layers LoRA still wraps though freeze_vision asks to leave the tower alone
-    strays: dict[str, str]  # a tower or aligner parameter -> the other part freeze_config takes it for (by name)
+    strays: dict[str, tuple[str, str]]  # a tower or aligner parameter -> (its part, the part freeze_config takes it
+    # for by its name) where they differ
 
 
 def is_vision_language(config: dict[str, Any]) -> bool:
@@ -288,7 +289,7 @@ def count_vl(vl: VisionLanguage, lora_rank: int | None = None, freeze: str = "")
         own = "vision" if name.startswith(TOWER_PREFIXES) else "aligner"
         parts[own][0] += size
         if part_of(vl.model_type, name) not in (own, ""):
-            strays[name] = part_of(vl.model_type, name)
+            strays[name] = (own, part_of(vl.model_type, name))
         if linear is not None:
             matmul += linear.inputs * linear.outputs
             if lora_rank and any(p.fullmatch(name) for p in patterns):
