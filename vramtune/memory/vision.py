@@ -120,12 +120,15 @@ def _text(config: dict[str, Any], model_type: str) -> Architecture:
 
 @dataclass
 class ErnieVLText(Architecture):
-    """ERNIE-4.5-VL's language model: from moe_layer_start_index each layer holds the text experts and the vision
-    experts (moe_num_experts, moe_intermediate_size: one entry per modality), each with its own router, the shared
-    experts (moe_num_shared_experts x the text experts' width) and both routers' score corrections."""
+    """ERNIE-4.5-VL's language model: an MoE layer (every moe_layer_interval-th from the first modality's
+    moe_layer_start_index to the last one's moe_layer_end_index) holds each modality's experts where the layer is in
+    that modality's own range (moe_num_experts, moe_intermediate_size: one entry per modality, text then vision),
+    both routers, the shared experts (moe_num_shared_experts x the text experts' width) and the routers' score
+    corrections."""
 
     vision_experts: int = 0
     vision_intermediate: int = 0
+    modality_layers: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())  # text, vision
 
     def layer(self, index: int, mtp: bool = False) -> tuple[list[Linear], int]:
         linears, other = self.attention(), 2 * self.hidden
@@ -136,7 +139,8 @@ class ErnieVLText(Architecture):
         linears += [Linear("mlp.gate", self.hidden, text), Linear("mlp.gate_1", self.hidden, self.vision_experts)]
         for expert in range(moe.experts):
             width = moe.intermediate if expert < text else self.vision_intermediate
-            linears += self.mlp(f"mlp.experts.{expert}.", width)
+            if index in self.modality_layers[expert >= text]:
+                linears += self.mlp(f"mlp.experts.{expert}.", width)
         linears += self.mlp("mlp.shared_experts.", moe.shared_intermediate)
         return linears, other + moe.experts
 
@@ -147,15 +151,25 @@ def _ernie_text(config: dict[str, Any]) -> ErnieVLText:
         raise ArchitectureError("moe_num_experts, moe_intermediate_size: one entry per modality (text, vision) "
                                 f"are required, got {experts!r}, {widths!r}")
     base = _text(config, "ernie4_5_moe_vl")
-    start = config.get("moe_layer_start_index", [1])
-    start = start[0] if isinstance(start, list) else start
+    starts, ends = (_per_modality(config, key, default) for key, default in
+                    (("moe_layer_start_index", 0), ("moe_layer_end_index", base.layers - 1)))
     moe = Moe(experts[0] + experts[1], _int(config, "moe_k"), widths[0],
               config.get("moe_num_shared_experts", 0) * widths[0], router_bias=True)
     every = config.get("moe_layer_interval", 1)
-    layers = frozenset(i for i in range(base.layers) if i >= start and (i + 1) % every == 0)
+    layers = frozenset(i for i in range(base.layers) if min(starts) <= i <= max(ends) and (i + 1) % every == 0)
+    text, vision = (frozenset(i for i in layers if start <= i <= end) for start, end in zip(starts, ends))
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(Architecture)}
     return ErnieVLText(**{**fields, "moe": moe, "moe_layers": layers}, vision_experts=experts[1],
-                       vision_intermediate=widths[1])
+                       vision_intermediate=widths[1], modality_layers=(text, vision))
+
+
+def _per_modality(config: dict[str, Any], key: str, default: int) -> tuple[int, int]:
+    """A key given once for both modalities or as [text, vision]."""
+    value = config.get(key, default)
+    pair = value if isinstance(value, list) else [value, value]
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+        raise ArchitectureError(f"{key}: an integer or one per modality (text, vision) is required, got {value!r}")
+    return pair[0], pair[1]
 
 
 def _blocks(layers: int, at: str, block: Callable[[str], tuple[list[Linear], dict[str, int]]]
