@@ -153,3 +153,13 @@ def test_an_unknown_stage_still_names_the_ones_read(fake_cli, ocr_vl):
     code, _, err = cli("validate", config)
     assert (code, err) == (2, f"error: {config}: stage: must be one of SFT, PT, DPO, VL-SFT, VL-DPO; got 'VL-PT' "
                               "(did you mean 'VL-SFT'?)\n")
+
+
+def test_a_vl_config_missing_a_tower_size_is_named_with_exit_2(fake_cli, tmp_path):
+    cli, _ = fake_cli(FakeDevice())
+    config = json.loads((CONFIGS / "qwen2.5-vl-7b.json").read_text())
+    del config["vision_config"]["depth"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, out, err = cli("estimate", tmp_path, "--card", "24GiB")
+    assert (code, out, err) == (2, "", f"error: {tmp_path / 'config.json'}: vision_config.depth: a positive integer "
+                                      "is required, got None\n")

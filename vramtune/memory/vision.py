@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -82,11 +82,6 @@ class VisionLanguage:
     text: Architecture
     tower: Tower
     text_prefix: str  # the language model's decoder layers are `{text_prefix}.layers.N`
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def tokens_per_patch(self) -> float:
-        return 1 / self.tower.merge**2
 
 
 @dataclass
@@ -104,10 +99,11 @@ def is_vision_language(config: dict[str, Any]) -> bool:
     return config.get("model_type") in VL_TYPES
 
 
-def _int(config: dict[str, Any], key: str, *aliases: str, default: int | None = None) -> int:
+def _int(config: dict[str, Any], key: str, *aliases: str, default: int | None = None, where: str = "vision_config."
+         ) -> int:
     value = next((config[k] for k in (key, *aliases) if config.get(k) is not None), default)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ArchitectureError(f"vision_config.{key}: a positive integer is required, got {value!r}")
+        raise ArchitectureError(f"{where}{key}: a positive integer is required, got {value!r}")
     return value
 
 
@@ -153,7 +149,7 @@ def _ernie_text(config: dict[str, Any]) -> ErnieVLText:
     base = _text(config, "ernie4_5_moe_vl")
     starts, ends = (_per_modality(config, key, default) for key, default in
                     (("moe_layer_start_index", 0), ("moe_layer_end_index", base.layers - 1)))
-    moe = Moe(experts[0] + experts[1], _int(config, "moe_k"), widths[0],
+    moe = Moe(experts[0] + experts[1], _int(config, "moe_k", where=""), widths[0],
               config.get("moe_num_shared_experts", 0) * widths[0], router_bias=True)
     every = config.get("moe_layer_interval", 1)
     layers = frozenset(i for i in range(base.layers) if min(starts) <= i <= max(ends) and (i + 1) % every == 0)
@@ -234,8 +230,8 @@ def _ernie_tower(config: dict[str, Any], vision: dict[str, Any], text_hidden: in
         {f"{at}norm1": 2 * h, f"{at}norm2": 2 * h}))
     conv = _int(vision, "in_chans", "in_channels", default=3) * p * p * h
     other.update({"vision_model.patch_embed.proj": conv, "vision_model.ln": 2 * h})
-    spatial = _int(config, "pixel_hidden_size") * _int(config, "spatial_conv_size") ** 2
-    temporal = spatial * _int(config, "temporal_conv_size")
+    spatial = _int(config, "pixel_hidden_size", where="") * _int(config, "spatial_conv_size", where="") ** 2
+    temporal = spatial * _int(config, "temporal_conv_size", where="")
     at = "model.resampler_model."
     linears += [Linear(f"{at}spatial_linear.0", spatial, spatial, True),
                 Linear(f"{at}spatial_linear.2", spatial, spatial, True),
