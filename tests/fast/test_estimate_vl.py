@@ -126,7 +126,7 @@ def test_validate_takes_a_vl_stage_and_says_what_does_not_reach_its_workflow(fak
 
 
 @pytest.mark.parametrize("command", [["probe", "--budget", "20GiB"], ["apply", "--budget", "20GiB"],
-                                     ["measure", "-m", "1"]])
+                                     ["measure", "-m", "1"], ["check", "--budget", "20GiB"]])
 def test_probing_a_vl_stage_is_refused_for_estimate(fake_cli, ocr_vl, command):
     cli, backend = fake_cli(FakeDevice())
     config = ocr_vl / "vl_sft.yaml"
