@@ -56,7 +56,7 @@ def test_unknown_keys_are_named_as_paddleformers_parser_would_reject_them(cli, c
     ("sharding_offload_opt_buffersize_GB", 2, "2 changes memory: offloading sharding's buffers is not measured: "
                                               "remove it"),
     ("sharding_parallel_size", "two", "must be an integer, got a string ('two')"),  # named as the file names it
-    ("stage", "VL-SFT", "must be one of SFT, PT, DPO"),
+    ("stage", "VL-PT", "must be one of SFT, PT, DPO, VL-SFT, VL-DPO"),  # VL-SFT and VL-DPO: estimated, not probed
     ("lora_path", "./adapter", "vramtune never loads weights"),
     ("to_static", True, "True changes memory: the Trainer's to_static conversion is not measured (vramtune measures "
                         "eager): set it to false to tune"),

@@ -22,12 +22,12 @@ from vramtune.commands import packages
 from vramtune.core import units
 from vramtune.core.strategy import FIELDS
 from vramtune.dialects.verify_with import problems as verify_with_problems
-from vramtune.plugins import MECHANISMS
+from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing import interrupts
 from vramtune.probing.runner import Backend
 from vramtune.render import output
 from vramtune.render.tuning import ProbeProgress, render_tuning
-from vramtune.spec import Spec, SpecError, load_spec
+from vramtune.spec import Problem, Spec, SpecError, load_spec
 from vramtune.tuning import session
 
 EXIT_OK, EXIT_NO_FIT, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -139,6 +139,9 @@ def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backen
     command probes through it, so the packages that build the model must be importable there (checked first)."""
     spec = load_spec(spec_path, changes)
     if backend is not None:
+        refusal = SOURCES[spec.source].refusal(spec.model, str(spec_path))
+        if refusal:
+            raise SpecError([Problem(str(spec_path), "stage", refusal)])
         packages.require(spec, backend)
     for warning in spec.warnings:
         output.warn(warning)

@@ -16,6 +16,7 @@ from vramtune.core.report import Tuned
 from vramtune.core.strategy import AMP_DTYPES, PURE, SHARDING_STAGES, Facts, Strategy
 from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS, batch_keys, formers_facts, to_formers
 from vramtune.doctor.calibration import doctor_factors
+from vramtune.estimating import vl as vision
 from vramtune.estimating.factors import calibrated
 from vramtune.estimating.layouts import Layouts, search
 from vramtune.estimating.rows import counted_facts, predicted_best, recompute_levels
@@ -23,6 +24,7 @@ from vramtune.memory.analytic import FLASH, activations
 from vramtune.memory.architecture import Architecture, architecture, count
 from vramtune.memory.parallel import Layout
 from vramtune.memory.state import Counts, Factors, Given, Row, row
+from vramtune.memory.vision import VL_TYPES
 from vramtune.plugins import MECHANISMS
 
 FINE_TUNINGS = ("LoRA", "full")
@@ -47,6 +49,7 @@ class Question:
     optimizer: str = "adamw"
     notes: list[str] = field(default_factory=list)  # what reading the question found (the sequence length's source)
     layout: Layout | None = None  # the hybrid-parallel layout a file states (its parallel keys)
+    images: vision.Images | None = None  # a vision-language model's: the cap, packing, freeze_config
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Answer:
     notes: list[str] = field(default_factory=list)
     factors: Factors = field(default_factory=Factors)
     layouts: Layouts | None = None  # with several devices: the hybrid-parallel layouts
+    vision: dict[str, Any] | None = None  # a vision-language model's parts and images (estimating/vl.py)
 
     def best(self, fine_tuning: str) -> Row | None:
         return predicted_best(self.rows[fine_tuning])
@@ -78,6 +82,7 @@ class Answer:
                 "devices": q.devices, "budget_bytes": self.budget.bytes, "limit_bytes": int(self.budget.limit),
                 "attention": q.attention, "asked": q.fine_tuning, "active_params": self.active,
                 "seconds": round(self.seconds, 3), "notes": self.notes, "factors": vars(self.factors),
+                **({"vision": self.vision} if self.vision else {}),
                 **{f: {"counts": vars(self.counts[f]), "rows": [r.to_json() for r in self.rows[f]],
                        "best": ({**b.to_json(), "keys": file_keys(b, f, self.counts[f], self.arch)}
                                 if (b := self.best(f)) else None)} for f in FINE_TUNINGS},
@@ -138,28 +143,36 @@ def answer(question: Question, card_bytes: int, headroom: float = 0.05,
     run's probes of this model (the fine-tuning asked; LoRA for a bare model), else a saved doctor run's on such a
     card, else the stated ones."""
     start = time.monotonic()
-    arch = architecture(question.config)
-    fit = activations(arch, question.seq_len, question.attention in FLASH)
+    flash = question.attention in FLASH
+    vl = vision.asked(question.config, question.images)
+    arch = vl.vl.text if vl else architecture(question.config)
     budget = Budget(budget_bytes or card_bytes, headroom)
-    counts = {}
+    counts, fits = {}, {}
     for fine_tuning in FINE_TUNINGS:
-        counted = count(arch, question.lora_rank if fine_tuning == "LoRA" else None)
+        rank = question.lora_rank if fine_tuning == "LoRA" else None
+        counted = vl.counted(rank) if vl else count(arch, rank)
+        fits[fine_tuning] = vl.fit(rank, question.seq_len, flash) if vl else activations(arch, question.seq_len, flash)
         counts[fine_tuning] = Counts(counted.params, counted.trainable, matmul=counted.matmul, layers=arch.layers,
                                      shape={"hidden_size": arch.hidden, "num_hidden_layers": arch.layers})
-    factors = (calibrated(calibration, counts[question.fine_tuning or "LoRA"], fit) if calibration
+    asked = question.fine_tuning or "LoRA"
+    factors = (calibrated(calibration, counts[asked], fits[asked]) if calibration
                else doctor_factors(card_bytes, installed_paddle()) or Factors())
     given = Given(question.optimizer, question.master_grad, DATA_PARALLEL_BUFFERS)
     rows: dict[str, list[Row]] = {}
     for fine_tuning in FINE_TUNINGS:
         rows[fine_tuning] = []
         for strategy in strategies(question, arch, fine_tuning, model_facts(counts[fine_tuning], arch)):
-            predicted = row(MECHANISMS, counts[fine_tuning], fit, factors, strategy, given, gpu=True)
+            predicted = row(MECHANISMS, counts[fine_tuning], fits[fine_tuning], factors, strategy, given, gpu=True)
             predicted.fits = budget.fits(predicted.reserved)
             rows[fine_tuning].append(predicted)
-    active = count(arch).active
-    layouts = _layouts(question, arch, given, factors, budget) if question.devices > 1 else None
-    return Answer(question, arch, budget, counts, rows, active, time.monotonic() - start,
-                  _notes(question, arch, factors), factors=factors, layouts=layouts)
+    active = vl.counted(None).active if vl else count(arch).active
+    notes = _notes(question, arch, factors) + (vl.notes(question.seq_len, question.lora_rank) if vl else [])
+    layouts = _layouts(question, arch, given, factors, budget) if question.devices > 1 and not vl else None
+    if vl and question.devices > 1:
+        notes.append("vision-language: data parallel and sharding only (tensor, pipeline and expert parallel layouts "
+                     "are estimated for text decoders in this version)")
+    return Answer(question, arch, budget, counts, rows, active, time.monotonic() - start, notes, factors=factors,
+                  layouts=layouts, vision=vl.to_json(question.seq_len, question.lora_rank) if vl else None)
 
 
 def _layouts(question: Question, arch: Architecture, given: Given, factors: Factors, budget: Budget) -> Layouts:
@@ -191,7 +204,7 @@ def _notes(question: Question, arch: Architecture, factors: Factors) -> list[str
     ]
     if arch.fused is False and arch.model_type not in ("llama",):
         notes.append(f"{arch.model_type}: the coefficients of PaddleFormers' Llama (separate projections) are assumed")
-    if arch.model_type.startswith(("qwen", "glm")):
+    if arch.model_type.startswith(("qwen", "glm")) and arch.model_type not in VL_TYPES:
         notes.append(f"{arch.model_type}: the coefficients of PaddleFormers' ERNIE-4.5 (fused projections) are "
                      "assumed (its code needs paddlefleet, not on PyPI: it cannot be built here)")
     return notes

@@ -18,7 +18,9 @@ from vramtune.dialects.paddleformers.codec import FORMERS_DEFAULTS
 from vramtune.dialects.paddleformers.layout import LAYOUT_KEYS, stated_layout, states_layout
 from vramtune.dialects.paddleformers.reading import formers_data, parse_overrides, spec_from_config
 from vramtune.estimating.answer import Question
+from vramtune.estimating.vl import default_images
 from vramtune.memory.architecture import ArchitectureError, architecture, read_config
+from vramtune.memory.vision import is_vision_language, vision_language
 
 
 def is_model_config(path: Path) -> bool:
@@ -37,7 +39,10 @@ def _config(path: Path) -> dict[str, Any]:
     """The model's config.json, checked: the sizes it needs are there."""
     try:
         config = read_config(path)
-        architecture(config)
+        if is_vision_language(config):
+            vision_language(config)
+        else:
+            architecture(config)
     except ArchitectureError as error:
         raise SpecError([Problem(str(path / "config.json" if path.is_dir() else path), "", str(error))]) from None
     return config
@@ -79,13 +84,27 @@ def _formers_question(path: Path, data: dict[str, Any], seq_len: int | None, bat
     if layout and layout.ep > 1 and not architecture(config).moe:
         notes.append(f"expert_model_parallel_size: {layout.ep}: the model has no experts, read as 1")
         layout = replace(layout, ep=1)
+    images = None
+    if is_vision_language(config):
+        images = default_images(str(config["model_type"]), folder, bool(data.get("packing")),
+                                str(data.get("freeze_config") or ""))
+        notes += _reach(data)
     return Question(folder.name, config, seq_len=seq_len or raw["data"]["seq_len"],
                     batch=batch or raw["train"]["target_batch"],
                     fine_tuning="LoRA" if str(data.get("fine_tuning", "LoRA")).lower() == "lora" else "full",
                     lora_rank=_lora_rank(file, data), compute_type=compute_type,
                     master_grad=bool(data.get("amp_master_grad", FORMERS_DEFAULTS["amp_master_grad"])),
                     attention=str(data.get("_attn_implementation", "flashmask")),
-                    devices=devices or (layout.devices if layout else 1), notes=notes, layout=layout)
+                    devices=devices or (layout.devices if layout else 1), notes=notes, layout=layout, images=images)
+
+
+def _reach(data: dict[str, Any]) -> list[str]:
+    """What the VL workflow does not get of the file's keys, and what VL-DPO's estimate leaves out."""
+    notes = keys.unreached(data)
+    if data.get("stage") == "VL-DPO":
+        notes.append("VL-DPO: estimated as VL-SFT of the chosen row (DPO's reference model and the rejected row are "
+                     "not modelled)")
+    return notes
 
 
 def question(path: Path, seq_len: int | None, batch: int | None, devices: int | None,
@@ -97,8 +116,11 @@ def question(path: Path, seq_len: int | None, batch: int | None, devices: int | 
             raise SpecError([Problem(str(path), "", "key=value overrides apply to a config of a tool (PaddleFormers, "
                                      "a kit); a model folder or config.json is estimated from its sizes: --seq-len "
                                      "and --batch give the run")])
-        name = (path if path.is_dir() else path.parent).resolve().name
-        return Question(name, _config(path), seq_len=seq_len or 4096, batch=batch or 8, devices=devices or 1)
+        folder = (path if path.is_dir() else path.parent).resolve()
+        config = _config(path)
+        images = default_images(str(config["model_type"]), folder) if is_vision_language(config) else None
+        return Question(folder.name, config, seq_len=seq_len or 4096, batch=batch or 8, devices=devices or 1,
+                        images=images)
     data = formers_data(path) if path.is_file() else None
     if data is None:
         return None

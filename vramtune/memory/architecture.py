@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FUSED = ("ernie4_5", "ernie4_5_moe", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "glm4_moe")  # qkv_proj, up_gate_proj
+# qkv_proj, up_gate_proj (Qwen2.5-VL's language model is PaddleFormers' Qwen2: vision.py)
+FUSED = ("ernie4_5", "ernie4_5_moe", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "glm4_moe", "qwen2_5_vl")
 # PaddleFormers ties the head to the embeddings unless the configuration says otherwise or its class defaults to not
 UNTIED_BY_DEFAULT = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
-QKV_BIAS = ("qwen2", "qwen2_moe")  # q/k/v biases whatever the config says
+QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl")  # q/k/v biases whatever the config says
 QK_NORM = ("qwen3", "qwen3_moe")  # an RMSNorm over each head's queries and keys
 MTP_BUILT = ("ernie4_5_moe",)  # multi-token prediction layers PaddleFormers builds (num_nextn_predict_layers)
 MTP_DEFAULT = {"ernie4_5_moe": 1}
@@ -228,20 +229,22 @@ def read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def count(arch: Architecture, lora_rank: int | None = None) -> Count:
+def count(arch: Architecture, lora_rank: int | None = None, targets: list[str] | None = None,
+          prefix: str = "model") -> Count:
     """Every parameter as PaddleFormers builds the model; trainable: all (lora_rank None) or LoRA's A and B on the
-    linear layers PaddleFormers' target patterns match (the frozen weights not)."""
-    patterns = [re.compile(p) for p in LORA_TARGETS.get(arch.model_type, LORA_TARGETS["llama"])]
+    linear layers PaddleFormers' target patterns match (the frozen weights not). `targets` and `prefix`: a
+    vision-language model's patterns and where its decoder's layers sit (vision.py)."""
+    patterns = [re.compile(p) for p in targets or LORA_TARGETS.get(arch.model_type, LORA_TARGETS["llama"])]
     params = matmul = active = lora = targets = 0
     for index, mtp in [(i, False) for i in range(arch.layers)] + [(i, True) for i in range(arch.mtp_layers)]:
         linears, other = arch.layer(index, mtp)
-        prefix = "mtp_block" if mtp else "layers"
+        where = "model.mtp_block" if mtp else f"{prefix}.layers"
         for linear in linears:
             params += linear.params
             matmul += linear.inputs * linear.outputs
             if not _idle_expert(arch, linear):
                 active += linear.params
-            if lora_rank and any(p.fullmatch(f"model.{prefix}.{index}.{linear.name}") for p in patterns):
+            if lora_rank and any(p.fullmatch(f"{where}.{index}.{linear.name}") for p in patterns):
                 lora += lora_rank * (linear.inputs + linear.outputs)
                 targets += 1
         params += other

@@ -45,6 +45,11 @@ class Source:
         settings from a configuration at construction passes it to `configure` first (the mechanisms' hook)."""
         raise NotImplementedError
 
+    def refusal(self, settings: Any, file: str) -> str | None:
+        """Why no probe can measure this model at all (what vramtune only estimates), or None: said as bad input by
+        the commands that probe, before any probe."""
+        return None
+
     def unsupported(self, settings: Any, strategy: Strategy, device: Device) -> str | None:
         """Why the model cannot train under the strategy on the device (Paddle has no kernel for what its layers run
         there: flash attention in fp32 on a GPU), or None. Said before any probe, as a mechanism's reasons are."""

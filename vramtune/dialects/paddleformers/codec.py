@@ -29,7 +29,7 @@ EVERY_LAYER = {"recompute_granularity": "full", "recompute_method": "uniform", "
 # PaddleFormers' own model code (importable here) recomputes every layer or none; the other models (paddlefleet's)
 # take Megatron's block method, the first N layers (assumed from TrainingArguments' documentation: paddlefleet cannot
 # be read here)
-ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe")
+ALL_OR_NONE = ("llama", "ernie4_5", "ernie4_5_moe", "paddleocr_vl", "qwen2_5_vl", "ernie4_5_moe_vl")
 FORMERS_KEYS = (*EVERY_LAYER, "recompute_modules")  # decided by the search: a probe leaves the file's values out
 SHARDING_OFFLOAD = "sharding_offload_opt_buffersize_GB"
 EVALUATION_STRATEGIES = ("no", "steps", "epoch")

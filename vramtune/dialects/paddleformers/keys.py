@@ -49,7 +49,24 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 # compute_type values that quantize weights (GPU kernels only): refused by the precision mechanism, which reads the key
 QUANTIZED_TYPES = ("wint4", "wint8", "wint4/8", "nf4")
-STAGES = ("SFT", "PT", "DPO")  # what a probe builds; the others (VL-*, pretraining recipes) are refused by name
+STAGES = ("SFT", "PT", "DPO")  # what a probe builds; the others (pretraining recipes) are refused by name
+VL_STAGES = ("VL-SFT", "VL-DPO")  # vision-language fine-tuning: read, validated and estimated from config.json
+READ_STAGES = STAGES + VL_STAGES
+VL_NOT_PROBED = ("probing vision-language fine-tuning is not supported yet: vramtune estimate {file} --card SIZE "
+                 "estimates it from the model's config.json (vision tower, aligner, language model, image tokens at "
+                 "the resolution cap)")
+# keys PaddleFormers 1.2 parses but never hands to the VL workflow (cli/train/tuner.py passes no preprocessing
+# arguments to run_sft or run_dpo): the template resizes to its own cap whatever they say
+UNREACHED_VL = ("max_pixels", "min_pixels", "video_max_pixels", "video_min_pixels")
+
+
+def unreached(config: dict[str, Any]) -> list[str]:
+    """What a VL stage's file sets that its workflow never gets, in words."""
+    if config.get("stage") not in VL_STAGES:
+        return []
+    return [f"{key}: {config[key]!r} does not reach PaddleFormers 1.2's {config['stage']} workflow (its parser reads "
+            "it, the workflow never gets it): images are resized to the template's own cap"
+            for key in UNREACHED_VL if config.get(key) is not None]
 # kernels with no CPU implementation: a CPU probe runs the plain equivalent (the file keeps its setting)
 CPU_ATTENTION = "eager"
 FUSED_CONFIG_FIELDS = ("fuse_rms_norm", "use_fused_rms_norm", "use_fused_rope", "fuse_swiglu", "fuse_attention_qkv",

@@ -161,7 +161,7 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
                                            f"are not used by the PdArgumentParser\"){did_you_mean(key, ACCEPTED)}"))
     section = Section(problems, file, "", config)
     folder = _model_folder(section)
-    stage = section.get("stage", str, "SFT", choices=keys.STAGES)
+    stage = section.get("stage", str, "SFT", choices=keys.READ_STAGES)
     seq_len = section.get("max_seq_len", int, DEFAULT_MAX_SEQ_LEN, check=positive(1 << 20))
     micro = section.get("per_device_train_batch_size", int, DEFAULT_BATCH, check=positive(1 << 20))
     accumulation = section.get("gradient_accumulation_steps", int, 1, check=positive(1 << 16))
@@ -181,6 +181,7 @@ def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) 
     data = _sequence(section, config, folder, datasets, seq_len or DEFAULT_MAX_SEQ_LEN, read_data and not refused)
     if data.get("seq_note") == DATA_AT_PROBE_TIME:
         warnings.append(DATA_AT_PROBE_TIME)
+    warnings += keys.unreached(config)
     raw: dict[str, Any] = {
         "name": Path(file).stem,
         "model": {"source": "paddleformers", "folder": folder, "stage": stage, "arguments": config,

@@ -43,7 +43,7 @@ class Formers(Source):
     def read(self, model, data):
         folder = model.get("folder", str)
         arguments = model.get("arguments", dict)
-        stage = model.get("stage", str, "SFT", choices=keys.STAGES)
+        stage = model.get("stage", str, "SFT", choices=keys.READ_STAGES)
         datasets = model.get("datasets", list, []) or []
         seq_len = data.get("seq_len", int, check=positive(1 << 20))
         seq_note = data.get("seq_note", str, "") or ""
@@ -70,6 +70,10 @@ class Formers(Source):
                     f"{key}: {settings.arguments.get(key, '(default)')!r} -> {value!r}"
                     for key, value in changed.items()) + "; fused kernels off; the file keeps its own settings")
         return notes
+
+    def refusal(self, settings: FormersModel, file: str) -> str | None:
+        """A vision-language stage: validated and estimated, not probed in this version."""
+        return keys.VL_NOT_PROBED.format(file=file) if settings.stage in keys.VL_STAGES else None
 
     def unsupported(self, settings: FormersModel, strategy, device) -> str | None:
         """fp32 with flash attention on a GPU (a CPU probe runs the eager equivalent)."""
