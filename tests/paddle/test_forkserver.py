@@ -2,7 +2,9 @@
 fresh process measures, to the byte, and keep every guarantee of one process per probe."""
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 from pathlib import Path
 
 import pytest
@@ -116,11 +118,14 @@ def test_a_probe_is_answered_once_its_result_is_written_and_gone_before_the_next
 
 def test_a_probe_that_dies_without_a_result_is_answered_when_it_dies_not_when_its_children_do(tmp_path):
     """A probe that leaves a child holding what it would announce its result on, then dies: its exit code is
-    answered at once (the child, which would sleep past the probe's timeout, is ended with the probe's marker): a
-    probe answered when its child ended would have timed out."""
-    spec = load_spec(factory_spec(tmp_path, "if os.fork() == 0:\n"
+    answered at once, and the child, which would sleep past the probe's timeout, is ended with the probe's session
+    (a fork without exec shows the server's environment in /proc, without the probe's marker: before, it outlived
+    the test by 2 x HUNG): a probe answered when its child ended would have timed out."""
+    spec = load_spec(factory_spec(tmp_path, "child = os.fork()\n"
+                                            "if child == 0:\n"
                                             f"    time.sleep({2 * HUNG})\n"
                                             "    os._exit(0)\n"
+                                            "open(FILE, 'w').write(str(child))\n"
                                             "os._exit(3)"))
     backend = ChildBackend()
     device = backend.describe("cpu")
@@ -130,6 +135,11 @@ def test_a_probe_that_dies_without_a_result_is_answered_when_it_dies_not_when_it
     backend.fork_server.close()
     assert result.status == "crashed" and result.error.startswith("exit code 3 without a result"), result
     assert result.seconds < HUNG, result
+    child = int((tmp_path / "record").read_text())
+    with contextlib.suppress(ProcessLookupError):  # gone already; else it must end (SIGKILLed), not sleep on
+        ended = os.pidfd_open(child)
+        assert select.select([ended], [], [], HUNG)[0], f"the probe's child {child} outlived it"
+        os.close(ended)
 
 
 @needs_paddlenlp

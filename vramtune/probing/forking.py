@@ -125,9 +125,9 @@ class ForkServer:
                 end(pid)
                 ended = self._read(time.monotonic() + 10)
                 return (ended or {}).get("returncode"), True
-        except BaseException:  # Ctrl-C / SIGTERM in the parent: end the probe, then pass it on
-            end(pid)
-            raise
+        finally:  # on an interrupt too, before it goes on
+            end(pid)  # the probe's session: what it forked carries no marker in /proc/PID/environ (a fork's is
+            #           the server's, as exec'd), only its process group
         return ended["returncode"], False
 
     def close(self) -> None:
