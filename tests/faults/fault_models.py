@@ -48,12 +48,10 @@ class Faulty(nn.Layer):
                 return
             child = subprocess.Popen(["sleep", "600"])
             if self.pid_file:
-                with open(self.pid_file, "w") as handle:
-                    handle.write(f"{child.pid} {os.getpid()}")
+                written(self.pid_file, f"{child.pid} {os.getpid()}")
             time.sleep(600)
         elif self.mode == "gate":  # waits until the test opens the gate (creates `pid_file` + ".open")
-            with open(self.pid_file, "w") as handle:
-                handle.write(str(os.getpid()))
+            written(self.pid_file, str(os.getpid()))
             while not os.path.exists(self.pid_file + ".open"):
                 time.sleep(0.05)
         elif self.mode == "raise":
@@ -63,6 +61,13 @@ class Faulty(nn.Layer):
             sys.stderr.write("ResourceExhausted: Out of memory error on GPU 0. Cannot allocate 2.000000GB\n")
             sys.stderr.flush()
             os._exit(3)
+
+
+def written(path: str, text: str) -> None:
+    """`text` in `path` at once: a test waiting for the file to exist never reads it empty (it did under load)."""
+    with open(path + ".part", "w") as handle:
+        handle.write(text)
+    os.replace(path + ".part", path)
 
 
 def build(mode: str = "none", lo: int = 1, hi: int = 1 << 30, pid_file: str | None = None,
