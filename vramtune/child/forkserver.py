@@ -4,7 +4,7 @@ process per probe, which runs the worker as `python -m vramtune.child.worker` wo
     python -m vramtune.child.forkserver        (started by runner.ForkServer; JSON lines on stdin and stdout)
 
 What a fresh process guarantees still holds. Each probe is a process of its own, in a session of its own: a crash,
-an OOM or a hang ends only that probe, and its process group is what a timeout ends. The server runs no Paddle code,
+an OOM or a hang ends only that probe, and its process group is what a timeout ends, and what is ended once it is answered. The server runs no Paddle code,
 it only imports, so a forked probe starts with the allocator counters of a process that allocated nothing (the
 worker imports the same modules itself; the peaks are the same to the byte). Nothing is forked where CUDA could have
 been initialised: the parent uses the server for CPU probes only. The server dies with vramtune, and each probe
