@@ -1,0 +1,102 @@
+"""The hybrid-parallel layouts' estimate (vramtune/estimating/layouts.py) against each rank's measured peak:
+PaddleFormers 1.2's tiny Llama (tests/specs/formers/llama) trained for a few AdamW steps, fp32, eager attention,
+on 2 CPU ranks under `python -m paddle.distributed.launch --nproc_per_node 2` (gloo) in each layout, every rank's
+host allocator peak read by bench/parallel/rank.py (with bench/parallel/cpu_compat.py's CPU fixes); the estimate's
+per-rank prediction of the same layout at fp32, eager attention and no allocator reserve (the allocated bytes the
+host counter reads). One process alone first (the data-parallel row of one device).
+
+    python bench/parallel_ranks.py [--layouts single,tp2,tp2sp,pp2] [--layers 2] [--json]
+
+Each launch is waited on (its processes' end), never timed; a launch that fails prints its workers' last lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from vramtune.estimating.layouts import Setting, layers, stage_peak  # noqa: E402
+from vramtune.memory.architecture import architecture, read_config  # noqa: E402
+from vramtune.memory.parallel import Layout  # noqa: E402
+from vramtune.memory.state import Factors, Given  # noqa: E402
+
+MODEL = ROOT / "tests" / "specs" / "formers" / "llama"
+RANK = ROOT / "bench" / "parallel" / "rank.py"
+MICRO_BATCH, SEQ = 4, 128
+# name: (rank.py's arguments, the estimate's layout, processes)
+LAYOUTS = {
+    "single": ([], Layout(micro_batch=MICRO_BATCH), 1),
+    "tp2": (["--tp", "2"], Layout(mp=2, micro_batch=MICRO_BATCH), 2),
+    "tp2sp": (["--tp", "2", "--sp"], Layout(mp=2, sp=True, micro_batch=MICRO_BATCH), 2),
+    "pp2": (["--pp", "2", "--accumulation", "2"], Layout(pp=2, micro_batch=MICRO_BATCH, accumulation=2), 2),
+}
+
+
+def measure(args: list[str], processes: int, layers_: int, python: str) -> list[dict]:
+    """Each rank's report (bench/parallel/rank.py's JSON line), by rank."""
+    command = [str(RANK), str(MODEL), "--micro-batch", str(MICRO_BATCH), "--seq", str(SEQ), "--layers",
+               str(layers_), *args]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    with tempfile.TemporaryDirectory() as logs:
+        if processes == 1:
+            run = subprocess.run([python, *command], capture_output=True, text=True, cwd=ROOT, env=env)
+            outputs = [run.stdout + run.stderr]
+        else:
+            run = subprocess.run([python, "-m", "paddle.distributed.launch", "--log_dir", logs, "--nproc_per_node",
+                                  str(processes), *command], capture_output=True, text=True, cwd=ROOT, env=env)
+            outputs = [(Path(logs) / f"workerlog.{i}").read_text() for i in range(processes)
+                       if (Path(logs) / f"workerlog.{i}").exists()]
+    reports = [json.loads(line.split(" ", 1)[1]) for output in outputs for line in output.splitlines()
+               if line.startswith("VRAMTUNE_RANK ")]
+    if run.returncode or len(reports) != processes:
+        tail = "\n".join(line for output in outputs for line in output.splitlines()[-15:])
+        raise RuntimeError(f"{' '.join(args) or 'one process'} failed (exit {run.returncode}):\n{tail}")
+    return sorted(reports, key=lambda report: report["rank"])
+
+
+def estimate(layout: Layout, layers_: int) -> list[dict]:
+    """The estimate's allocated bytes per rank of each pipeline stage (fp32, eager attention, no reserve)."""
+    config = read_config(MODEL / "config.json")
+    arch = architecture({**config, "num_hidden_layers": layers_})
+    shapes = tuple(layers(arch, SEQ, False))
+    setting = Setting(arch, shapes, SEQ, False, "fp32", Given("adamw", False, 1.0), Factors(fragmentation=0.0), 0,
+                      sum(layer.split + layer.experts for layer in shapes))
+    return [{"peak": (peak := stage_peak(setting, layout, index)).peak, "parts": peak.parts}
+            for index in range(layout.pp)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layouts", default=",".join(LAYOUTS))
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args()
+    rows = []
+    for name in args.layouts.split(","):
+        rank_args, layout, processes = LAYOUTS[name]
+        predicted = estimate(layout, args.layers)
+        for report in measure(rank_args, processes, args.layers, args.python):
+            stage = predicted[report["stage"]]
+            rows.append({"layout": name, "rank": report["rank"], "stage": report["stage"],
+                         "measured": report["peak"], "estimated": stage["peak"],
+                         "ratio": round(stage["peak"] / report["peak"], 4), "params": report["params"],
+                         "loss": report["losses"][-1], "parts": stage["parts"]})
+            row = rows[-1]
+            print(f"{name:7} rank {row['rank']} stage {row['stage']}: measured {row['measured']:>11,} B, "
+                  f"estimated {row['estimated']:>11,} B, estimated/measured {row['ratio']:.3f} "
+                  f"(params {row['params']:,}, loss {row['loss']:.4f})", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps({"model": str(MODEL.relative_to(ROOT)), "layers": args.layers, "micro_batch": MICRO_BATCH,
+                          "seq": SEQ, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
