@@ -5,7 +5,7 @@ host allocator peak read by bench/parallel/rank.py (with bench/parallel/cpu_comp
 per-rank prediction of the same layout at fp32, eager attention and no allocator reserve (the allocated bytes the
 host counter reads). One process alone first (the data-parallel row of one device).
 
-    python bench/parallel_ranks.py [--layouts single,tp2,tp2sp,pp2] [--layers 2] [--json]
+    python bench/parallel_ranks.py [--layouts single,tp2,tp2sp,pp2] [--set num_hidden_layers=4] [--json]
 
 Each launch is waited on (its processes' end), never timed; a launch that fails prints its workers' last lines.
 """
@@ -39,10 +39,10 @@ LAYOUTS = {
 }
 
 
-def measure(args: list[str], processes: int, layers_: int, python: str) -> list[dict]:
+def measure(args: list[str], processes: int, sizes: dict[str, int], python: str) -> list[dict]:
     """Each rank's report (bench/parallel/rank.py's JSON line), by rank."""
-    command = [str(RANK), str(MODEL), "--micro-batch", str(MICRO_BATCH), "--seq", str(SEQ), "--layers",
-               str(layers_), *args]
+    command = [str(RANK), str(MODEL), "--micro-batch", str(MICRO_BATCH), "--seq", str(SEQ), *args]
+    command += [f"--set={key}={value}" for key, value in sizes.items()]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     with tempfile.TemporaryDirectory() as logs:
         if processes == 1:
@@ -55,16 +55,17 @@ def measure(args: list[str], processes: int, layers_: int, python: str) -> list[
                        if (Path(logs) / f"workerlog.{i}").exists()]
     reports = [json.loads(line.split(" ", 1)[1]) for output in outputs for line in output.splitlines()
                if line.startswith("VRAMTUNE_RANK ")]
-    if run.returncode or len(reports) != processes:
+    if len(reports) != processes:
         tail = "\n".join(line for output in outputs for line in output.splitlines()[-15:])
         raise RuntimeError(f"{' '.join(args) or 'one process'} failed (exit {run.returncode}):\n{tail}")
+    if run.returncode:  # gloo's teardown after pipeline parallel's last step: every rank has reported
+        print(f"({' '.join(args)}: exit {run.returncode} after every rank reported)", file=sys.stderr)
     return sorted(reports, key=lambda report: report["rank"])
 
 
-def estimate(layout: Layout, layers_: int) -> list[dict]:
+def estimate(layout: Layout, sizes: dict[str, int]) -> list[dict]:
     """The estimate's allocated bytes per rank of each pipeline stage (fp32, eager attention, no reserve)."""
-    config = read_config(MODEL / "config.json")
-    arch = architecture({**config, "num_hidden_layers": layers_})
+    arch = architecture({**read_config(MODEL / "config.json"), **sizes})
     shapes = tuple(layers(arch, SEQ, False))
     setting = Setting(arch, shapes, SEQ, False, "fp32", Given("adamw", False, 1.0), Factors(fragmentation=0.0), 0,
                       sum(layer.split + layer.experts for layer in shapes))
@@ -75,15 +76,17 @@ def estimate(layout: Layout, layers_: int) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=INT",
+                        help="a config.json size instead of the file's (num_hidden_layers=4, hidden_size=128)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args()
+    sizes = {key: int(value) for key, value in (setting.split("=", 1) for setting in args.set)}
     rows = []
     for name in args.layouts.split(","):
         rank_args, layout, processes = LAYOUTS[name]
-        predicted = estimate(layout, args.layers)
-        for report in measure(rank_args, processes, args.layers, args.python):
+        predicted = estimate(layout, sizes)
+        for report in measure(rank_args, processes, sizes, args.python):
             stage = predicted[report["stage"]]
             rows.append({"layout": name, "rank": report["rank"], "stage": report["stage"],
                          "measured": report["peak"], "estimated": stage["peak"],
@@ -94,7 +97,7 @@ def main() -> None:
                   f"estimated {row['estimated']:>11,} B, estimated/measured {row['ratio']:.3f} "
                   f"(params {row['params']:,}, loss {row['loss']:.4f})", file=sys.stderr, flush=True)
     if args.json:
-        print(json.dumps({"model": str(MODEL.relative_to(ROOT)), "layers": args.layers, "micro_batch": MICRO_BATCH,
+        print(json.dumps({"model": str(MODEL.relative_to(ROOT)), "sizes": sizes, "micro_batch": MICRO_BATCH,
                           "seq": SEQ, "rows": rows}, indent=1))
 
 

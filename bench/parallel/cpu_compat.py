@@ -124,7 +124,7 @@ class _ParallelSoftmaxCrossEntropy(PyLayer):
         softmax.divide_(sum_exp)
         ctx.save_for_backward(softmax, index, mine, labels)
         ctx.ignore_index, ctx.shape = ignore_index, logits.shape
-        return loss.reshape(list(label.shape[:-1]) + [1])
+        return loss.reshape([*label.shape[:-1], 1])
 
     @staticmethod
     def backward(ctx, loss_grad):

@@ -36,7 +36,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--accumulation", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--layers", type=int, default=0, help="num_hidden_layers instead of config.json's")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=INT",
+                        help="a config.json size instead of the file's (num_hidden_layers=4, hidden_size=128)")
     args = parser.parse_args()
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
     paddle.set_device("cpu")
@@ -62,8 +63,9 @@ def main() -> None:
     config.max_sequence_length = args.seq  # read by sequence parallel's attention reshape
     config._attn_implementation = "eager"
     config.pipeline_model_parallel_size = args.pp
-    if args.layers:
-        config.num_hidden_layers = args.layers
+    for setting in args.set:
+        key, value = setting.split("=", 1)
+        setattr(config, key, int(value))
     paddle.seed(23)
     model = (LlamaForCausalLMPipe if args.pp > 1 else LlamaForCausalLM)(config)
     optimizer = paddle.optimizer.AdamW(1e-4, parameters=model.parameters())
