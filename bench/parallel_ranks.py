@@ -5,7 +5,7 @@ host allocator peak read by bench/parallel/rank.py (with bench/parallel/cpu_comp
 per-rank prediction of the same layout at fp32, eager attention and no allocator reserve (the allocated bytes the
 host counter reads). One process alone first (the data-parallel row of one device).
 
-    python bench/parallel_ranks.py [--layouts single,tp2,tp2sp,pp2] [--set num_hidden_layers=4] [--json]
+    python bench/parallel_ranks.py [--layouts single,tp2,tp2sp,pp2,stage2,stage3] [--set num_hidden_layers=4] [--json]
 
 Each launch is waited on (its processes' end), never timed; a launch that fails prints its workers' last lines.
 """
@@ -36,6 +36,10 @@ LAYOUTS = {
     "tp2": (["--tp", "2"], Layout(mp=2, micro_batch=MICRO_BATCH), 2),
     "tp2sp": (["--tp", "2", "--sp"], Layout(mp=2, sp=True, micro_batch=MICRO_BATCH), 2),
     "pp2": (["--pp", "2", "--accumulation", "2"], Layout(pp=2, micro_batch=MICRO_BATCH, accumulation=2), 2),
+    "stage2": (["--sharding", "2"], Layout(dp=2, stage=2, micro_batch=MICRO_BATCH), 2),
+    # group_sharded_parallel's stage 3 slices only parameters of more than 2**20 elements (PaddleFormers keeps the
+    # default): none of the tiny Llama's, which stays whole on every rank
+    "stage3": (["--sharding", "3"], Layout(dp=2, stage=3, micro_batch=MICRO_BATCH), 2),
 }
 
 

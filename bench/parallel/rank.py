@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--sp", action="store_true")
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--sharding", type=int, default=0, help="sharding stage over the data-parallel ranks")
+    parser.add_argument("--segment-size", type=int, default=2**20, help="stage 3 slices parameters larger than this")
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--accumulation", type=int, default=1)
@@ -69,8 +70,8 @@ def main() -> None:
     paddle.seed(23)
     model = (LlamaForCausalLMPipe if args.pp > 1 else LlamaForCausalLM)(config)
     optimizer = paddle.optimizer.AdamW(1e-4, parameters=model.parameters())
-    if world > 1 and args.sharding:
-        model, optimizer = cpu_compat.group_sharded(model, optimizer, args.sharding)
+    if world > 1 and args.sharding:  # group_sharded_parallel's classes, as PaddleFormers' sharding stage 2/3 builds
+        model, optimizer = cpu_compat.group_sharded(model, optimizer, args.sharding, args.segment_size)
     elif world > 1:
         model = fleet.distributed_model(model)
         optimizer = fleet.distributed_optimizer(optimizer)
