@@ -14,8 +14,9 @@ AMP. Tensor parallel: what each rank holds whole (memory/parallel.py's whole_sbh
 column-parallel linear's copy of its input, the norms' tensors without sequence parallel), the rest over the ranks.
 Recompute: full keeps each layer's input and one layer's working set; full_attn keeps the MLP's tensors too;
 core_attn drops only the [s, s] attention tensors. Pipeline parallel (1F1B): the first stage holds its layers for as
-many micro-batches as there are stages (L layers' worth), times 1 + (p - 1)/(p v) when interleaved. The logits, in the head's stage, per sample and token: LOGITS_BYTES per vocabulary entry over the ranks.
-The tensor-parallel split and the micro-batches in flight are memory/parallel.py's, which `estimate`'s layouts share.
+many micro-batches as there are stages (L layers' worth), times 1 + (p - 1)/(p v) when interleaved. The logits, in
+the head's stage, per sample and token: LOGITS_BYTES per vocabulary entry over the ranks. The tensor-parallel split
+and the micro-batches in flight are memory/parallel.py's, which `estimate`'s layouts share.
 """
 from __future__ import annotations
 

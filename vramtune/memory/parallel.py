@@ -6,8 +6,9 @@ the vocabulary and each layer's activations over its ranks but for what it leave
 CPU ranks (bench/parallel_ranks.py, below); pipeline parallel (pp) gives each stage L/pp layers, the first stage the
 embedding and the last the head; under 1F1B stage k holds pp - k micro-batches in flight (measured at pp 2: the first
 stage holds two micro-batches' layers), interleaved (vpp chunks per stage) Megatron's warm-up count of chunks.
-Expert parallel (ep) gives each rank experts/ep whole experts (PaddleFormers 1.2: the routed experts are not split by mp under ep; the ep group lies within a stage's dp x mp ranks
-and the experts' state is sharded over the rest of them, `moe_sharding_parallel_size` = N / (pp x ep)).
+Expert parallel (ep) gives each rank experts/ep whole experts (PaddleFormers 1.2: the routed experts are not split by
+mp under ep; the ep group lies within a stage's dp x mp ranks and the experts' state is sharded over the rest of
+them, `moe_sharding_parallel_size` = N / (pp x ep)).
 
 The candidates are pruned as Paddle's auto_tuner prunes them (paddle/distributed/auto_tuner/prune.py: mp divides
 hidden, vocab and heads, and the sequence with sequence parallel; pp divides the layers; vpp > 1 needs pp > 2, the
