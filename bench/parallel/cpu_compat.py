@@ -154,6 +154,15 @@ def _c_softmax_with_cross_entropy() -> None:
     mp_ops._c_softmax_with_cross_entropy = c_softmax_with_cross_entropy
 
 
+def no_broadcast_data() -> None:
+    """What `mp_configs.need_broadcast_data = False` does, for a launch whose strategy the harness does not build
+    (PaddleFormers' Trainer): fleet's TensorParallel takes each rank's own batch instead of broadcasting the first mp
+    rank's (`broadcast_input_data` asserts a GPU): every rank reads the same data."""
+    from paddle.distributed.fleet.meta_parallel import tensor_parallel
+
+    tensor_parallel.broadcast_input_data = lambda hcg, *inputs, **kwargs: (inputs, kwargs)
+
+
 def _device_id() -> None:
     """ParallelEnv sets `_device_id` only for GPU, XPU and custom devices, and pipeline parallel reads it
     (`ParallelEnv().device_id`): 0 on a CPU build, where nothing is placed by it."""
