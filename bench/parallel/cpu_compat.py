@@ -101,7 +101,8 @@ class _ParallelSoftmaxCrossEntropy(PyLayer):
     (paddle/phi/kernels/gpu/c_softmax_with_cross_entropy_kernel.cu: `softmax` [N, V/mp] kept for the backward,
     `loss` [N, 1] and three [N, 1] buffers, logits_max, predicted_logits and sum_exp_logits, all-reduced over the mp
     group; c_softmax_with_cross_entropy_grad_kernel.cu: logits_grad [N, V/mp], softmax copied into it and the label's
-    one subtracted, times the loss's gradient)."""
+    one subtracted, times the loss's gradient). Beside the kernel's, it keeps each label's local index and mask, 9
+    bytes per token (bench/parallel/stand_ins.py measures them; tests/paddle/test_parallel_ranks.py)."""
 
     @staticmethod
     def forward(ctx, logits, label, ignore_index, rank, group):
