@@ -32,9 +32,9 @@ WHOLE_NORMS = 16.0  # the two RMSNorms' inputs and normalised tensors, split by 
 WHOLE_REST = 12.0  # the rest of the measured whole bytes, with or without sequence parallel (not attributed)
 COLUMNS = {False: 5, True: 2}  # column-parallel linears per layer: q, k, v, gate, up; fused: qkv, gate_up (assumed)
 # pipeline parallel, measured at pp 2 (bench/parallel_ranks.py, hidden 64 and 128): a stage before the last holds 12
-# fp32 bytes per token and hidden unit (its sent outputs and received gradients) and, with eager attention, the
-# boolean mask (1 byte per token pair) for each micro-batch in flight; the last stage its received input, 4 per token
-# and hidden unit (assumed alike for the middle stages of pp > 2)
+# fp32 bytes per token and hidden unit (what it sends and receives, not attributed further) and, with eager
+# attention, the boolean mask (1 byte per token pair) for each micro-batch in flight; the last stage its received
+# input, 4 per token and hidden unit (assumed alike for the middle stages of pp > 2)
 PP_SENT_SBH = 12.0
 PP_RECEIVED_SBH = 4.0
 PP_MASK = 1.0
