@@ -46,7 +46,7 @@ WARNING = ("changes memory: {what} is not probed on this machine yet (multi-rank
            "estimate FILE` reads it and predicts the file's layout per rank and pipeline stage; set it to {off} to tune "
            "the rest")
 LAYOUTS = """\
-layouts of 8 devices, full fine-tuning at bf16-o2 (estimated: nothing multi-rank was probed): 1,080 considered, 298 can run the model (tp within a node of at most 8 devices, dividing the hidden size, heads, key/value heads, vocabulary and sequence; with several nodes pp at most the nodes; pp x vpp divides the layers; vpp > 1 only with pp > 2; accumulation >= pp; pp > 1 with sharding stage 1 at most; ep divides the experts and dp x tp, and takes sharded replicas), 6 predicted to fit 70.8 GiB per rank
+layouts of 8 devices, full fine-tuning at bf16-o2 (estimated, the tp and pp split as measured on 2 CPU ranks): 1,080 considered, 298 can run the model (tp within a node of at most 8 devices, dividing the hidden size, heads, key/value heads, vocabulary and sequence; with several nodes pp at most the nodes; pp x vpp divides the layers; vpp > 1 only with pp > 2; accumulation >= pp; pp > 1 with sharding stage 1 at most; ep divides the experts and dp x tp, and takes sharded replicas), 6 predicted to fit 70.8 GiB per rank
 the best 5 by preference
 ┏━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━┓
 ┃ layout                ┃ batch per replica ┃   recompute ┃ peak per rank ┃          per stage ┃
@@ -55,16 +55,17 @@ the best 5 by preference
 │ dp2 tp4 ep2 sp stage3 │           m=1 x 4 │ every layer │      70.4 GiB │           70.4 GiB │
 │ dp2 tp4 ep4 sp stage3 │           m=1 x 4 │ every layer │      70.4 GiB │           70.4 GiB │
 │ dp2 tp4 ep8 sp stage3 │           m=1 x 4 │ every layer │      70.4 GiB │           70.4 GiB │
-│ dp1 tp4 pp2 sp        │           m=1 x 4 │ every layer │      70.2 GiB │ 69.6 GiB, 70.2 GiB │
+│ dp1 tp4 pp2 sp        │           m=1 x 4 │ every layer │      70.2 GiB │ 69.7 GiB, 70.2 GiB │
 └───────────────────────┴───────────────────┴─────────────┴───────────────┴────────────────────┘
 the file's layout: dp2 tp2 pp2 ep4 sp stage1, m=1 x 4, every layer recomputed: peak 72.5 GiB per rank (stage 1) of 70.8 GiB: over
-  stage 0: 71.2 GiB: weights 7.5 GiB, gradients 14.9 GiB, optimizer state 42.7 GiB, activations 702.6 MiB, all-to-all buffers 128.0 MiB, allocator reserve 5.3 GiB
-  stage 1: 72.5 GiB: weights 7.5 GiB, gradients 14.9 GiB, optimizer state 42.7 GiB, activations 192.0 MiB, logits 1.7 GiB, all-to-all buffers 128.0 MiB, allocator reserve 5.4 GiB
+  stage 0: 71.3 GiB: weights 7.5 GiB, gradients 14.9 GiB, optimizer state 42.7 GiB, activations 749.0 MiB, pipeline buffers 48.0 MiB, all-to-all buffers 128.0 MiB, allocator reserve 5.3 GiB
+  stage 1: 72.5 GiB: weights 7.5 GiB, gradients 14.9 GiB, optimizer state 42.7 GiB, activations 192.0 MiB, logits 1.7 GiB, pipeline buffers 8.0 MiB, all-to-all buffers 128.0 MiB, allocator reserve 5.4 GiB
 best layout: dp2 tp4 sp stage3, m=1 x 4, every layer recomputed: peak 70.3 GiB per rank (stage 0) of 70.8 GiB: fits
-  stage 0: 70.3 GiB: weights 7.1 GiB, gradients 14.2 GiB, optimizer state 42.7 GiB, activations 192.0 MiB, logits 890.2 MiB, allocator reserve 5.2 GiB
+  stage 0: 70.3 GiB: weights 7.1 GiB, gradients 14.2 GiB, optimizer state 42.7 GiB, activations 192.0 MiB, logits 882.2 MiB, allocator reserve 5.2 GiB
   in the PaddleFormers config: tensor_model_parallel_size: 4, pipeline_model_parallel_size: 1, sequence_parallel: true, sharding: stage3, per_device_train_batch_size: 1, gradient_accumulation_steps: 4, recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1
 note: layouts, counted: each pipeline stage's parameters from config.json, split as PaddleFormers 1.2 splits them (tp: attention, dense MLP, shared experts and the vocabulary; norms and routers whole; ep: experts/ep whole experts per rank; the embedding on the first stage, the head, final norm and multi-token-prediction block on the last, a tied embedding copied there with pp > 1); the dense state sharded over the dp ranks, the experts' over N / (pp x ep)
-note: layouts, assumed: the activations split over tp as Megatron splits them (the norms' whole without sequence parallel; the routed experts' over tp too); under 1F1B stage k holds pp - k micro-batches (interleaved: Megatron's warm-up); under ep two all-to-all buffers of a layer's routed tokens in the compute type. Not counted: the layer sharding stage 3 gathers whole (nor in the data-parallel rows). Nothing multi-rank was probed
+note: layouts, measured on 2 CPU ranks (PaddleFormers' Llama, fp32, bench/parallel_ranks.py): what tp leaves whole on every rank (each column-parallel linear's copy of its input, the norms' tensors without sequence parallel), 1F1B's micro-batches in flight and what pp's stages send and receive
+note: layouts, assumed: the same on a GPU and in half precision, fused projections as two column-parallel linears, the routed experts' activations over tp too; interleaved pipelines in Megatron's warm-up; under ep two all-to-all buffers of a layer's routed tokens in the compute type. Not counted: the layer sharding stage 3 gathers whole (nor in the data-parallel rows)
 (the best layout by preference: no recompute; the least model parallelism (tp x pp); the fewest pipeline stages; the smallest ep; the largest micro-batch; the lowest sharding stage; no interleaving. Speed is not estimated)
 """
 
@@ -128,7 +129,7 @@ def test_the_recipes_layout_is_estimated_beside_the_best(fake_cli, recipe):
     layouts = json.loads(out)["layouts"]
     assert [stage["reserved_bytes"] for stage in layouts["stated"]["stages"]] == [
         sum(stage[part] for part in ("weights", "gradients", "optimizer_state", "amp_copies", "buffers",
-                                     "activations", "logits", "dispatch", "allocator"))
+                                     "activations", "logits", "pipeline", "dispatch", "allocator"))
         for stage in layouts["stated"]["stages"]]
     assert (layouts["best"][0]["label"], layouts["fitting"], layouts["stated"]["fits"]) == ("dp2 tp4 sp stage3", 6,
                                                                                              False)
@@ -201,10 +202,10 @@ def test_ernies_recipe_layout_holds_its_pipeline_stages_apart(fake_cli, tmp_path
     cli, _ = fake_cli(FakeDevice())
     code, _, err = cli("estimate", tmp_path / "sft_8k.yaml", "--card", "80GB")
     assert code == 0 and """
-the file's layout: dp1 tp4 pp2 ep4 sp, m=1 x 8, every layer recomputed: peak 55.2 GiB per rank (stage 1) of 70.8 GiB: fits
-  stage 0: 49.3 GiB: weights 5.0 GiB, gradients 10.0 GiB, optimizer state 29.9 GiB, activations 687.5 MiB, all-to-all buffers 120.0 MiB, allocator reserve 3.7 GiB
-  stage 1: 55.2 GiB: weights 5.4 GiB, gradients 10.7 GiB, optimizer state 32.2 GiB, activations 140.0 MiB, logits 2.6 GiB, all-to-all buffers 120.0 MiB, allocator reserve 4.1 GiB
-best layout: dp2 tp4 sp stage2, m=1 x 8, no recompute: peak 68.5 GiB per rank (stage 0) of 70.8 GiB: fits
+the file's layout: dp1 tp4 pp2 ep4 sp, m=1 x 8, every layer recomputed: peak 55.4 GiB per rank (stage 1) of 70.8 GiB: fits
+  stage 0: 49.6 GiB: weights 5.0 GiB, gradients 10.0 GiB, optimizer state 29.9 GiB, activations 861.5 MiB, pipeline buffers 60.0 MiB, all-to-all buffers 120.0 MiB, allocator reserve 3.7 GiB
+  stage 1: 55.4 GiB: weights 5.4 GiB, gradients 10.7 GiB, optimizer state 32.2 GiB, activations 140.0 MiB, logits 2.8 GiB, pipeline buffers 10.0 MiB, all-to-all buffers 120.0 MiB, allocator reserve 4.1 GiB
+best layout: dp2 tp4 sp stage3, m=1 x 8, no recompute: peak 67.6 GiB per rank (stage 0) of 70.8 GiB: fits
 """ in err
 
 

@@ -1,6 +1,7 @@
 """The hybrid-parallel layouts of a model known by its config.json: every layout of N devices that can run it
 (memory/parallel.py, pruned as Paddle's auto_tuner and PaddleFormers prune them), each pipeline stage's per-rank
-peak by part, the best few that fit, and the layout a PaddleFormers file states. Nothing multi-rank is probed.
+peak by part, the best few that fit, and the layout a PaddleFormers file states. Nothing multi-rank is probed here:
+the split was measured once on 2 CPU ranks (bench/parallel_ranks.py).
 
 Per rank of stage k: its layers' parameters (attention, dense MLP and shared experts over the tp ranks; norms and
 routers whole; the routed experts over the tp ranks, or experts/ep whole ones under ep), the embedding on the first
@@ -9,7 +10,8 @@ last, counted from config.json (memory/architecture.py). Their bytes per precisi
 the mechanisms' counted state (memory/state.py), over the dp ranks for the dense state and over the expert group
 (N / (pp x ep)) for the experts'. Activations: the analytic per-layer model (memory/analytic.py) split as Megatron
 splits them (memory/parallel.py), times the micro-batches in flight on the stage; the logits over the tp ranks on
-the last stage; under ep the all-to-all's send and receive buffers of one layer's routed tokens. With tp = pp = ep = 1
+the last stage (and the head's whole copy of its input with tp); what a stage sends and receives per micro-batch in
+flight (pp); under ep the all-to-all's send and receive buffers of one layer's routed tokens. With tp = pp = ep = 1
 a layout is the data-parallel row of answer.py to the byte (the same counted state and activations)."""
 from __future__ import annotations
 
@@ -20,7 +22,20 @@ from vramtune.core.records import Budget
 from vramtune.core.strategy import Strategy
 from vramtune.memory.analytic import KEPT, LOGITS, MASK, RECOMPUTE_LAYER, RECOMPUTE_OUTSIDE, layer_bytes
 from vramtune.memory.architecture import Architecture, count
-from vramtune.memory.parallel import REPLICATED_SBH, Layout, Sizes, candidates, in_flight, problems, tensor_split
+from vramtune.memory.parallel import (
+    PP_MASK,
+    PP_RECEIVED_SBH,
+    PP_SENT_SBH,
+    WHOLE_NORMS,
+    WHOLE_PER_COLUMN,
+    Layout,
+    Sizes,
+    candidates,
+    in_flight,
+    problems,
+    tensor_split,
+    whole_sbh,
+)
 from vramtune.memory.state import Counts, Factors, Given, state
 from vramtune.plugins import MECHANISMS
 
@@ -36,11 +51,13 @@ NOTES = (
     "experts per rank; the embedding on the first stage, the head, final norm and multi-token-prediction block on the "
     "last, a tied embedding copied there with pp > 1); the dense state sharded over the dp ranks, the experts' over "
     "N / (pp x ep)",
-    "layouts, assumed: the activations split over tp as Megatron splits them (the norms' whole without sequence "
-    "parallel; the routed experts' over tp too); under 1F1B stage k holds pp - k micro-batches (interleaved: "
-    "Megatron's warm-up); under ep two all-to-all buffers of a layer's routed tokens in the compute type. Not "
-    "counted: the layer sharding stage 3 gathers whole (nor in the data-parallel rows). Nothing multi-rank was "
-    "probed",
+    "layouts, measured on 2 CPU ranks (PaddleFormers' Llama, fp32, bench/parallel_ranks.py): what tp leaves whole "
+    "on every rank (each column-parallel linear's copy of its input, the norms' tensors without sequence parallel), "
+    "1F1B's micro-batches in flight and what pp's stages send and receive",
+    "layouts, assumed: the same on a GPU and in half precision, fused projections as two column-parallel linears, "
+    "the routed experts' activations over tp too; interleaved pipelines in Megatron's warm-up; under ep two "
+    "all-to-all buffers of a layer's routed tokens in the compute type. Not counted: the layer sharding stage 3 "
+    "gathers whole (nor in the data-parallel rows)",
 )
 
 
@@ -197,23 +214,36 @@ def stage_peak(setting: Setting, layout: Layout, index: int) -> StagePeak:
 
 
 def _activations(setting: Setting, layout: Layout, index: int, own: list[Layer]) -> dict[str, int]:
-    """The stage's activations, its logits (the last stage) and the all-to-all buffers (ep > 1), in bytes."""
+    """The stage's activations, its logits (the last stage), what it sends and receives (pp > 1) and the all-to-all
+    buffers (ep > 1), in bytes."""
     arch, seq, mp, sp = setting.arch, setting.seq, layout.mp, layout.sp
     decoder = own[:arch.layers // layout.pp]
-    replicated = REPLICATED_SBH * seq * arch.hidden
-    layer = sum(tensor_split(lay.activations, mp, sp, replicated) for lay in decoder) / len(decoder)
-    held = in_flight(layout.pp, layout.vpp, index) * len(decoder)
+    whole = whole_sbh(sp, arch.fused) * seq * arch.hidden
+    layer = sum(tensor_split(lay.activations, mp, whole) for lay in decoder) / len(decoder)
+    flight = in_flight(layout.pp, layout.vpp, index)
+    held = flight * len(decoder)
     kept = KEPT * seq * arch.hidden / (mp if sp else 1)
     outside = 0.0
     if index == layout.pp - 1:
         outside = LOGITS * seq * arch.vocab / mp * (1 + arch.mtp_layers) + (0.0 if setting.flash else MASK * seq**2)
-        outside += sum(tensor_split(lay.activations, mp, sp, replicated) for lay in own[len(decoder):])
+        outside += sum(tensor_split(lay.activations, mp, whole) for lay in own[len(decoder):])
+        if mp > 1:  # the head's whole copy of its input (a column-parallel linear's)
+            outside += WHOLE_PER_COLUMN * seq * arch.hidden * (1 + arch.mtp_layers)
+        if sp:  # the final norm's two tensors, over the ranks
+            outside -= WHOLE_NORMS / 2 * seq * arch.hidden * (1 - 1 / mp)
+    pipeline = 0.0  # what a stage sends and receives: the last its input, the others per micro-batch in flight
+    if layout.pp > 1:
+        tokens = seq * arch.hidden / (mp if sp else 1)
+        pipeline = PP_RECEIVED_SBH * tokens if index == layout.pp - 1 else \
+            flight * (PP_SENT_SBH * tokens + (0.0 if setting.flash else PP_MASK * seq**2))
     plain = outside + held * (kept if layout.recompute else layer)
     total = max(plain, RECOMPUTE_OUTSIDE * outside + held * kept + RECOMPUTE_LAYER * layer) if layout.recompute \
         else plain
     factor = setting.factors.activations(MECHANISMS, Strategy(precision=setting.precision))
     total, outside = total * layout.micro_batch * factor, outside * layout.micro_batch * factor
     parts = {"activations": int(total - outside), "logits": int(outside)}
+    if layout.pp > 1:
+        parts["pipeline"] = int(pipeline * layout.micro_batch * factor)
     if layout.ep > 1 and arch.moe and any(lay.moe for lay in own):
         tokens = seq * layout.micro_batch / (mp if sp else 1)
         parts["dispatch"] = int(2 * tokens * arch.moe.top_k * arch.hidden * HALF_BYTES)

@@ -10,18 +10,19 @@ precision: fp32 4 + 4 + 8 (AdamW); O2 (PaddleNLP's default for Llama) 2 + 2 + 12
 
 Activations per layer and micro-batch, in bytes of fp32: ACTIVATION_SBH * s*b*h + ACTIVATION_SBF * s*b*f +
 ACTIVATION_AS2B * a*s^2*b, fitted to vramtune's CPU probes of Llamas (bench/llama_activations.py); half of that under
-AMP. Tensor parallel (Korthikanti et al. 2022): the norms' tensors replicated, the rest over the ranks (sequence
-parallel: all over the ranks). Recompute: full keeps each layer's input and one layer's working set; full_attn keeps
-the MLP's tensors too; core_attn drops only the [s, s] attention tensors. Pipeline parallel (1F1B): the first stage
-holds its layers for as many micro-batches as there are stages (L layers' worth), times 1 + (p - 1)/(p v) when
-interleaved. The logits, in the head's stage, per sample and token: LOGITS_BYTES per vocabulary entry over the ranks.
-The tensor-parallel split and the micro-batches in flight are memory/parallel.py's, which `estimate`'s layouts share.
+AMP. Tensor parallel: what each rank holds whole (memory/parallel.py's whole_sbh, measured on 2 CPU ranks: each
+column-parallel linear's copy of its input, the norms' tensors without sequence parallel), the rest over the ranks.
+Recompute: full keeps each layer's input and one layer's working set; full_attn keeps the MLP's tensors too;
+core_attn drops only the [s, s] attention tensors. Pipeline parallel (1F1B): the first stage holds its layers for as
+many micro-batches as there are stages (L layers' worth), times 1 + (p - 1)/(p v) when interleaved. The logits, in
+the head's stage, per sample and token: LOGITS_BYTES per vocabulary entry over the ranks. The tensor-parallel split
+and the micro-batches in flight are memory/parallel.py's, which `estimate`'s layouts share.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramtune.memory.parallel import REPLICATED_SBH, in_flight, tensor_split
+from vramtune.memory.parallel import in_flight, tensor_split, whole_sbh
 
 # fitted to `vramtune measure` of PaddleFormers 1.2.0's Llama on Paddle 3.3.1 (CPU, fp32, SFT, full fine-tuning) at
 # ten shapes: every peak within 0.3%, the activations within 0.4% (bench/llama_activations.py)
@@ -98,9 +99,8 @@ def activation_bytes(model: Llama, parallel: Parallel, precision: str) -> float:
     s, b, h = model.max_sequence_length, parallel.micro_batch, model.hidden_size
     a, f, t = model.num_attention_heads, model.intermediate_size, parallel.mp
     scores = ACTIVATION_AS2B * a * s * s * b
-    split = (ACTIVATION_SBH - REPLICATED_SBH) * s * b * h + ACTIVATION_SBF * s * b * f + scores
-    replicated = REPLICATED_SBH * s * b * h
-    layer = tensor_split(replicated + split, t, parallel.sequence_parallel, replicated)
+    whole = whole_sbh(parallel.sequence_parallel) * s * b * h
+    layer = tensor_split(ACTIVATION_SBH * s * b * h + ACTIVATION_SBF * s * b * f + scores, t, whole)
     if parallel.recompute:
         kept = 4.0 * s * b * h / (t if parallel.sequence_parallel else 1)  # each layer's input, fp32
         if parallel.granularity == "core_attn":

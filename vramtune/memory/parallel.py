@@ -2,12 +2,13 @@
 auto_tuner runs under any `python`, shares the split).
 
 Megatron's split, as Paddle's fleet and PaddleFormers 1.2 lay a model out: tensor parallel (mp) splits the matmuls,
-the vocabulary and each layer's activations over its ranks, the norms' tensors replicated unless sequence parallel
-splits them too (Korthikanti et al. 2022); pipeline parallel (pp) gives each stage L/pp layers, the first stage the
-embedding and the last the head; under 1F1B stage k holds pp - k micro-batches in flight, interleaved (vpp chunks per
-stage) Megatron's warm-up count of chunks. Expert parallel (ep) gives each rank experts/ep whole experts
-(PaddleFormers 1.2: the routed experts are not split by mp under ep; the ep group lies within a stage's dp x mp ranks
-and the experts' state is sharded over the rest of them, `moe_sharding_parallel_size` = N / (pp x ep)).
+the vocabulary and each layer's activations over its ranks but for what it leaves whole on every rank, measured on 2
+CPU ranks (bench/parallel_ranks.py, below); pipeline parallel (pp) gives each stage L/pp layers, the first stage the
+embedding and the last the head; under 1F1B stage k holds pp - k micro-batches in flight (measured at pp 2: the first
+stage holds two micro-batches' layers), interleaved (vpp chunks per stage) Megatron's warm-up count of chunks.
+Expert parallel (ep) gives each rank experts/ep whole experts (PaddleFormers 1.2: the routed experts are not split by
+mp under ep; the ep group lies within a stage's dp x mp ranks and the experts' state is sharded over the rest of
+them, `moe_sharding_parallel_size` = N / (pp x ep)).
 
 The candidates are pruned as Paddle's auto_tuner prunes them (paddle/distributed/auto_tuner/prune.py: mp divides
 hidden, vocab and heads, and the sequence with sequence parallel; pp divides the layers; vpp > 1 needs pp > 2, the
@@ -21,7 +22,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-REPLICATED_SBH = 16.0  # fp32 bytes per token and hidden unit of a layer's activations mp leaves whole: the norms'
+# fp32 bytes per token and hidden unit of a decoder layer's activations that tensor parallel leaves whole on every
+# rank, measured with PaddleFormers 1.2's Llama on 2 CPU ranks (bench/parallel_ranks.py: from 2 and 4 layers at
+# hidden 64 and 128, 48.1 and 48.1 without sequence parallel, 32.0 and 32.0 with it; Korthikanti et al.'s 10 half
+# bytes, 20 fp32, was the assumption before):
+WHOLE_PER_COLUMN = 4.0  # each column-parallel linear keeps its own whole copy of its input: c_identity's (Paddle's
+# GPU kernel allocates and copies it too: c_identity_kernel_impl.h), with sequence parallel the all-gathered input
+WHOLE_NORMS = 16.0  # the two RMSNorms' inputs and normalised tensors, split by sequence parallel
+WHOLE_REST = 12.0  # the rest of the measured whole bytes, with or without sequence parallel (not attributed)
+COLUMNS = {False: 5, True: 2}  # column-parallel linears per layer: q, k, v, gate, up; fused: qkv, gate_up (assumed)
+# pipeline parallel, measured at pp 2 (bench/parallel_ranks.py, hidden 64 and 128): a stage before the last holds 12
+# fp32 bytes per token and hidden unit (what it sends and receives, not attributed further) and, with eager
+# attention, the boolean mask (1 byte per token pair) for each micro-batch in flight; the last stage its received
+# input, 4 per token and hidden unit (assumed alike for the middle stages of pp > 2)
+PP_SENT_SBH = 12.0
+PP_RECEIVED_SBH = 4.0
+PP_MASK = 1.0
 MAX_MP = 8  # auto_tuner's bound without candidates: tensor parallel within one node of 8
 
 
@@ -78,12 +94,18 @@ class Sizes:
     seq: int = 0
 
 
-def tensor_split(layer: float, mp: int, sp: bool, replicated: float) -> float:
-    """One mp rank's share of a layer's activations: all of it over the ranks with sequence parallel, else the
-    norms' tensors (`replicated`) whole and the rest over the ranks."""
-    if sp:
-        return layer / mp
-    return replicated + (layer - replicated) / mp
+def whole_sbh(sp: bool, fused: bool = False) -> float:
+    """fp32 bytes per token and hidden unit of a layer's activations every tensor-parallel rank holds whole."""
+    return WHOLE_REST + WHOLE_PER_COLUMN * COLUMNS[fused] + (0.0 if sp else WHOLE_NORMS)
+
+
+def tensor_split(layer: float, mp: int, whole: float) -> float:
+    """One mp rank's share of a layer's activations: `whole` of them (whole_sbh's bytes, at most the layer's) on
+    every rank, the rest over the ranks; the layer itself with mp 1."""
+    if mp == 1:
+        return layer
+    whole = min(whole, layer)
+    return whole + (layer - whole) / mp
 
 
 def in_flight(pp: int, vpp: int, stage: int) -> float:

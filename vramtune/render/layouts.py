@@ -13,7 +13,7 @@ from vramtune.render.estimate import STATE_WORDS
 from vramtune.render.output import console, say
 
 PART_WORDS = {**STATE_WORDS, "activations": "activations", "logits": "logits",
-              "dispatch": "all-to-all buffers"}
+              "pipeline": "pipeline buffers", "dispatch": "all-to-all buffers"}
 PRUNING = ("tp within a node of at most 8 devices, dividing the hidden size, heads, key/value heads, vocabulary and "
            "sequence; with several nodes pp at most the nodes; pp x vpp divides the "
            "layers; vpp > 1 only with pp > 2; accumulation >= pp; pp > 1 with sharding stage 1 at most; ep divides "
@@ -46,8 +46,9 @@ def render_layouts(layouts: Layouts, budget: Budget) -> None:
     limit = budget.limit
     nodes = f" on {layouts.nodes} nodes" if layouts.nodes > 1 else ""
     say(f"layouts of {layouts.devices} devices{nodes}, {layouts.fine_tuning} fine-tuning at {layouts.precision} "
-        f"(estimated: nothing multi-rank was probed): {layouts.considered:,} considered, {layouts.candidates:,} can "
-        f"run the model ({PRUNING}), {len(layouts.fitting):,} predicted to fit {format_bytes(limit)} per rank")
+        f"(estimated, the tp and pp split as measured on 2 CPU ranks): {layouts.considered:,} considered, "
+        f"{layouts.candidates:,} can run the model ({PRUNING}), {len(layouts.fitting):,} predicted to fit "
+        f"{format_bytes(limit)} per rank")
     if layouts.fitting:
         table = Table(title=f"the best {min(SHOWN, len(layouts.fitting))} by preference", title_justify="left")
         for column in ("layout", "batch per replica", "recompute", "peak per rank", "per stage"):
