@@ -4,11 +4,11 @@ process per probe, which runs the worker as `python -m vramtune.child.worker` wo
     python -m vramtune.child.forkserver        (started by runner.ForkServer; JSON lines on stdin and stdout)
 
 What a fresh process guarantees still holds. Each probe is a process of its own, in a session of its own: a crash,
-an OOM or a hang ends only that probe, and its process group is what a timeout ends, and what is ended once it is answered. The server runs no Paddle code,
-it only imports, so a forked probe starts with the allocator counters of a process that allocated nothing (the
-worker imports the same modules itself; the peaks are the same to the byte). Nothing is forked where CUDA could have
-been initialised: the parent uses the server for CPU probes only. The server dies with vramtune, and each probe
-with the server (PR_SET_PDEATHSIG).
+an OOM or a hang ends only that probe, and its process group is what a timeout ends (and what is ended once the
+probe is answered). The server runs no Paddle code, it only imports, so a forked probe starts with the allocator
+counters of a process that allocated nothing (the worker imports the same modules itself; the peaks are the same to
+the byte). Nothing is forked where CUDA could have been initialised: the parent uses the server for CPU probes only.
+The server dies with vramtune, and each probe with the server (PR_SET_PDEATHSIG).
 
 Requests: {"arguments": [...], "env": {...}, "cwd": FOLDER, "stderr": PATH, "modules": [...]}. For each, the
 server answers {"pid": N} once the probe runs and {"pid": N, "returncode": R} when it ended (-S: killed by signal S),
