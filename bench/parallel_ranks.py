@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,7 @@ SITE = ROOT / "bench" / "parallel" / "site"
 WORKFLOW_KEYS = {"tp2": "tensor_model_parallel_size: 2\n",
                  "tp2sp": "tensor_model_parallel_size: 2\nsequence_parallel: true\n"}
 RANK = ROOT / "bench" / "parallel" / "rank.py"
+HUNG = 1800  # seconds after which a launch is a hang (for failing only)
 MICRO_BATCH, SEQ = 4, 128
 # name: (rank.py's arguments, the estimate's layout, processes)
 LAYOUTS = {
@@ -48,6 +50,20 @@ LAYOUTS = {
 }
 
 
+def bounded(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """`argv` run to its end in a process group of its own; past HUNG seconds (a hang, for failing only: a run ends
+    on its own long before, whatever the load) the whole group (a launcher and its ranks) is killed."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kwargs) as process:
+        try:
+            out, err = process.communicate(timeout=HUNG)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            err += f"\nkilled after {HUNG} s"
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
 def measure(args: list[str], processes: int, sizes: dict[str, int], python: str, micro_batch: int = MICRO_BATCH,
             seq: int = SEQ) -> list[dict]:
     """Each rank's report (bench/parallel/rank.py's JSON line), by rank."""
@@ -56,11 +72,11 @@ def measure(args: list[str], processes: int, sizes: dict[str, int], python: str,
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     with tempfile.TemporaryDirectory() as logs:
         if processes == 1:
-            run = subprocess.run([python, *command], capture_output=True, text=True, cwd=ROOT, env=env)
+            run = bounded([python, *command], cwd=ROOT, env=env)
             outputs = [run.stdout + run.stderr]
         else:
-            run = subprocess.run([python, "-m", "paddle.distributed.launch", "--log_dir", logs, "--nproc_per_node",
-                                  str(processes), *command], capture_output=True, text=True, cwd=ROOT, env=env)
+            run = bounded([python, "-m", "paddle.distributed.launch", "--log_dir", logs, "--nproc_per_node",
+                           str(processes), *command], cwd=ROOT, env=env)
             outputs = [(Path(logs) / f"workerlog.{i}").read_text() for i in range(processes)
                        if (Path(logs) / f"workerlog.{i}").exists()]
     reports = [json.loads(line.split(" ", 1)[1]) for output in outputs for line in output.splitlines()
@@ -91,9 +107,8 @@ def workflow(name: str, python: str) -> list[dict]:
         config.write_text(text.replace("./checkpoints/formers-sft-lora", str(Path(tmp) / "checkpoints")))
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "VRAMTUNE_BENCH_CPU_COMPAT": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")]))}
-        run = subprocess.run([python, "-m", "paddle.distributed.launch", "--log_dir", str(Path(tmp) / "logs"),
-                              "--nproc_per_node", "2", str(launcher), "train", str(config)],
-                             capture_output=True, text=True, cwd=ROOT, env=env)
+        run = bounded([python, "-m", "paddle.distributed.launch", "--log_dir", str(Path(tmp) / "logs"),
+                       "--nproc_per_node", "2", str(launcher), "train", str(config)], cwd=ROOT, env=env)
         outputs = [log.read_text() for log in sorted((Path(tmp) / "logs").glob("workerlog.*"))]
     reports = [json.loads(line.split(" ", 1)[1]) for output in outputs for line in output.splitlines()
                if line.startswith("VRAMTUNE_RANK ")]

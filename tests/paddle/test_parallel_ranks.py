@@ -6,7 +6,6 @@ here is timed."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +16,7 @@ from conftest import ROOT, needs_paddleformers
 pytestmark = [pytest.mark.paddle, needs_paddleformers]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from parallel_ranks import LAYOUTS, estimate, measure  # noqa: E402
+from parallel_ranks import LAYOUTS, bounded, estimate, measure  # noqa: E402
 
 
 @pytest.mark.slow(30)
@@ -39,8 +38,8 @@ def test_the_cpu_stand_ins_allocate_what_the_gpu_kernels_allocate():
     loss [N, 1] kept (the stand-in also keeps the label's local index and mask, 9 bytes per token), the grad
     kernel's logits_grad [N, V/mp] in the backward (beside a few [N, 1] temporaries)."""
     with tempfile.TemporaryDirectory() as logs:
-        subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", logs, "--nproc_per_node", "2",
-                        str(ROOT / "bench" / "parallel" / "stand_ins.py")], capture_output=True, cwd=ROOT)
+        bounded([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", logs, "--nproc_per_node", "2",
+                 str(ROOT / "bench" / "parallel" / "stand_ins.py")], cwd=ROOT)
         outputs = [path.read_text() for path in sorted(Path(logs).glob("workerlog.*"))]
     reports = [json.loads(line.split(" ", 1)[1]) for output in outputs for line in output.splitlines()
                if line.startswith("VRAMTUNE_STAND_INS ")]
