@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import yaml
-from conftest import CONFIGS
+from conftest import CONFIGS, SPECS
 from fakes import FakeDevice, MiB
 
 
@@ -123,3 +123,78 @@ def test_bad_verification_flags_exit_2_before_any_probe_every_problem_at_once(fa
         "leave out --json to get the file alone on stdout"]
     code, _, err = cli("apply", spec, "--verify-with", "python 'train.py {file}")
     assert (code, err) == (2, "error: --verify-with \"python 'train.py {file}\": No closing quotation\n")
+
+
+@pytest.fixture
+def evaluating(tmp_path, monkeypatch):
+    """A PaddleNLP arguments file (target 16) that evaluates at batch 32, beside its tiny model."""
+    shutil.copytree(SPECS / "tiny-llama", tmp_path / "tiny-llama")
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"model_name_or_path": "./tiny-llama", "max_length": 64, "output_dir": "./out",
+                                "per_device_train_batch_size": 16, "do_eval": True,
+                                "per_device_eval_batch_size": 32}))
+    return path
+
+
+def evaluates(eval_drift: float = 0.0) -> FakeDevice:
+    """Training fits from m=8 (20 MiB + 2 MiB per sample, limit 38.0 MiB); evaluation at 32 (44.0 MiB) does not fit
+    beside the training state, at 16 (32.0 MiB) it does: the file is written with 16."""
+    return FakeDevice(eval_per_sample=0.75 * MiB, eval_drift=eval_drift)
+
+
+def test_a_file_that_evaluates_is_verified_with_one_evaluation_pass_each_phase_beside_the_probes(fake_cli, evaluating):
+    cli, backend = fake_cli(evaluates(eval_drift=0.1))
+    code, out, err = cli("apply", evaluating, "--budget", "40MiB", "--verify-with", "python run.py {file}", "--json")
+    assert code == 0, err
+    [run] = backend.tool_runs
+    assert run.eval_batch == 16
+    assert run.notes == ["evaluated once by the Trainer after step 3, 3 evaluation steps at batch 16"]
+    said = lines_after_search(err)
+    assert said[1] == ("verified by your PaddleNLP Trainer script: training 36.0 MiB (probe 36.0 MiB, +0.0%), "
+                       "evaluation at batch 16 35.2 MiB (probe 32.0 MiB, +10.0%) of 38.0 MiB: fits (1.0s)")
+    [verification] = json.loads(out)["verification"]
+    assert verification["evaluation"] == {"batch": 16, "peak_bytes": int(32 * MiB * 1.1), "probe_bytes": 32 * MiB,
+                                          "ratio": 1.1, "steps": 3}
+    assert json.loads(evaluating.with_name("args.tuned.json").read_text())["per_device_eval_batch_size"] == 16
+
+
+def test_an_evaluation_over_the_limit_fails_the_verification_and_what_is_chosen_again_must_fit_it(fake_cli,
+                                                                                                  evaluating):
+    """The tool's evaluation holds 40% more (44.8 MiB at batch 16, over 38.0 with training at 36.0 fitting): the
+    probes measured no smaller evaluation batch, so none is chosen again and nothing is written."""
+    cli, _ = fake_cli(evaluates(eval_drift=0.4))
+    code, _, err = cli("apply", evaluating, "--budget", "40MiB", "--verify-with", "python run.py {file}", "--json")
+    assert code == 1
+    said = lines_after_search(err)
+    assert said[1] == ("verified by your PaddleNLP Trainer script: training 36.0 MiB (probe 36.0 MiB, +0.0%), "
+                       "evaluation at batch 16 44.8 MiB (probe 32.0 MiB, +40.0%) of 38.0 MiB: over the limit "
+                       "(evaluation) (1.0s)")
+    assert not evaluating.with_name("args.tuned.json").exists()
+
+
+def test_choosing_again_folds_the_ratio_of_the_phase_that_was_over():
+    """Evaluation over by 10%: the same strategy at the largest measured evaluation batch that fits with it, and
+    training's ratio left out; training over: its ratio, the evaluation batch kept."""
+    from vramtune.core.records import Budget, ProbeResult
+    from vramtune.core.strategy import Strategy
+    from vramtune.core.verification import Verified
+    from vramtune.verifying.answer import Ratios, _folded
+
+    budget = Budget(100 * MiB, 0.0)
+    result = ProbeResult("fits", Strategy(micro_batch=8), peak_bytes=95 * MiB, samples_per_sec=1.0,
+                         facts={"eval_requested": 32, "eval_batch": 16, "eval_accumulation_steps": None,
+                                "eval_peaks": {"32": 120 * MiB, "16": 95 * MiB, "8": 80 * MiB},
+                                "eval_kept": {"32": 0, "16": 0, "8": 0}})
+    over = Verified("tool", "over_budget", 96 * MiB, 95 * MiB, eval_batch=16, eval_peak_bytes=105 * MiB,
+                    probe_eval_bytes=95 * MiB)
+    ratios = Ratios()
+    assert ratios.fold(over, budget) and (ratios.training, round(ratios.evaluation, 3)) == (1.0, 1.105)
+    [again] = _folded([result], {(result.strategy, 16)}, ratios, budget)
+    assert (again.strategy, again.facts["eval_batch"]) == (result.strategy, 8)
+    assert ratios.words() == "the tool's evaluation's +10.5%"
+    training = Ratios()
+    assert training.fold(Verified("tool", "over_budget", 110 * MiB, 100 * MiB, eval_batch=16,
+                                  eval_peak_bytes=90 * MiB, probe_eval_bytes=95 * MiB), budget)
+    assert (training.training, training.evaluation) == (1.1, 1.0)
+    assert _folded([result], set(), training, budget) == []  # 95 MiB x 1.1 does not fit

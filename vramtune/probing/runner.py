@@ -297,15 +297,23 @@ def verified(run: ToolRun, outcome: ChildOutcome, figures: dict[str, Any], budge
     notes = [*run.notes, *(f"{name} stubbed (a no-op on a CPU, which has no queue to wait for)"
                            for name in figures.get("stubbed", []))]
     used = figures.get("reserved_bytes") or figures.get("peak_bytes")
+    evaluation = figures.get("eval_reserved_bytes") or figures.get("eval_peak_bytes")
+    phases = {"eval_batch": run.eval_batch, "eval_peak_bytes": evaluation if run.eval_batch else None,
+              "eval_steps": figures.get("eval_steps") if run.eval_batch else None}
+    if run.eval_batch and evaluation and figures.get("resets") is False:
+        notes.append("this Paddle cannot reset its peak counter: the evaluation's peak is the run's through it")
     if outcome.returncode == 0 and used:
-        return Verified(run.tool, "fits" if budget.fits(used) else "over_budget", used, seconds=outcome.seconds,
-                        steps=figures.get("steps"), notes=notes)
+        if run.eval_batch and not evaluation:
+            notes.append("the file evaluates, but no evaluation ran within the bounded run: training alone verified")
+        whole = max(used, phases["eval_peak_bytes"] or 0)
+        return Verified(run.tool, "fits" if budget.fits(whole) else "over_budget", used, seconds=outcome.seconds,
+                        steps=figures.get("steps"), notes=notes, **phases)
     if outcome.timed_out:
         return Verified(run.tool, "failed", seconds=outcome.seconds, notes=notes,
                         error=f"timed out after {timeout:.0f}s")
     error = error_line(outcome.stderr_tail, last=True) or f"exited with code {outcome.returncode} and no error message"
     status = "over_budget" if looks_like_oom(outcome.stderr_tail) else "failed"
-    return Verified(run.tool, status, used, seconds=outcome.seconds, notes=notes, error=error)
+    return Verified(run.tool, status, used, seconds=outcome.seconds, notes=notes, error=error, **phases)
 
 
 def on_card(device: Device, use: dict[str, CardUse] | None) -> CardUse | None:

@@ -18,3 +18,18 @@ def peak_with_kept(peak: int | None, facts: dict[str, Any], size: int | None) ->
     if peak is None or size is None:
         return float("inf")
     return peak + kept_factor(facts.get("eval_accumulation_steps")) * facts["eval_kept"][str(size)]
+
+
+def probe_evaluation(facts: dict[str, Any], size: int | None) -> int | None:
+    """The probe's evaluation peak at this batch with what it keeps (None: not measured there), beside which a
+    verification run's evaluation pass is read."""
+    peak = (facts.get("eval_peaks") or {}).get(str(size)) if size is not None else None
+    return int(peak_with_kept(peak, facts, size)) if peak is not None else None
+
+
+def largest_fitting(facts: dict[str, Any], limit: float, ratio: float = 1.0) -> int | None:
+    """The largest evaluation batch measured whose peak with what it keeps, times `ratio` (a tool's evaluation over
+    the probe's), is within the limit."""
+    fitting = [int(size) for size, peak in (facts.get("eval_peaks") or {}).items()
+               if peak is not None and peak_with_kept(peak, facts, int(size)) * ratio <= limit]
+    return max(fitting, default=None)

@@ -4,6 +4,10 @@ the user's own tool on a tuned file; it acts only when $VRAMTUNE_VERIFY_OUT is s
   paddleformers.trainer, paddlenlp.trainer), else at start-up (a kit's tools/train.py, a vramtune.runtime loop), and
   writes the peak as JSON to $VRAMTUNE_VERIFY_OUT when train() returns, else at exit — the counters the probes
   read: the host allocator's on a CPU, the device's on a GPU;
+- a Trainer's evaluate() (which its training loop calls where the file evaluates: the training state resident, the
+  training loader still reading ahead) is a phase of its own: the peak read and reset as it starts and as it ends,
+  its steps (prediction_step calls) counted; the training peak is the largest outside it. Paddle 2.6 cannot reset
+  the peak: there the evaluation's figure is the run's peak through it, and the training's the run's before it;
 - with $VRAMTUNE_VERIFY_STEPS, it ends the run once the optimizer has stepped that many times (figures written);
 - on a CPU only, it makes paddle.device.synchronize() a no-op and records that it did: PaddleFormers' Trainer calls it
   before each optimizer step with gradient accumulation and it raises there ("device should be gpu, xpu"); a CPU runs
@@ -24,14 +28,28 @@ if OUT:
     DEVICE = os.environ.get("VRAMTUNE_VERIFY_DEVICE", "cpu")  # cpu, or gpu:N as the probes ran
     GPU = DEVICE.startswith("gpu")
     COUNTERS = MemoryCounters("gpu" if GPU else "cpu", int(DEVICE.partition(":")[2] or 0))
-    STATE = {"started": time.time(), "stubbed": [], "written": False}
+    STATE = {"started": time.time(), "stubbed": [], "written": False, "evaluating": 0, "evaluations": 0,
+             "eval_steps": 0}
+    PEAKS = {"train": (0, None), "eval": None}  # each phase's (allocated, reserved) peak
 
     def reset() -> None:
         COUNTERS.start()  # where Paddle cannot reset (2.6), the process's peak
 
-    def figures() -> dict:
+    def phase(name: str) -> None:
+        """The peak since the last reset, kept as the phase's largest; the counters reset for the next phase."""
         allocated, reserved = COUNTERS.peak()
-        return {"peak_bytes": allocated, "reserved_bytes": reserved}
+        before = PEAKS[name] or (0, None)
+        PEAKS[name] = (max(allocated, before[0]),
+                       None if reserved is None else max(reserved, before[1] or 0))
+        reset()
+
+    def figures() -> dict:
+        if PEAKS["eval"] is None or COUNTERS.resets:  # on 2.6 a reading after an evaluation includes it
+            phase("train")
+        (allocated, reserved), evaluation = PEAKS["train"], PEAKS["eval"]
+        return {"peak_bytes": allocated, "reserved_bytes": reserved, "resets": COUNTERS.resets,
+                **({"eval_peak_bytes": evaluation[0], "eval_reserved_bytes": evaluation[1],
+                    "evaluations": STATE["evaluations"], "eval_steps": STATE["eval_steps"]} if evaluation else {})}
 
     def write(**extra) -> None:
         STATE["written"] = True
@@ -57,6 +75,25 @@ if OUT:
             return result
 
         trainer.train = train
+        evaluate, prediction_step = trainer.evaluate, trainer.prediction_step
+
+        def evaluated(self, *args, **kwargs):
+            if STATE["evaluating"]:
+                return evaluate(self, *args, **kwargs)
+            phase("train")
+            STATE["evaluating"] += 1
+            try:
+                return evaluate(self, *args, **kwargs)
+            finally:
+                STATE["evaluating"] -= 1
+                STATE["evaluations"] += 1
+                phase("eval")
+
+        def predicted(self, *args, **kwargs):
+            STATE["eval_steps"] += 1 if STATE["evaluating"] and STATE["evaluations"] == 0 else 0
+            return prediction_step(self, *args, **kwargs)
+
+        trainer.evaluate, trainer.prediction_step = evaluated, predicted
 
     def bound(limit: int) -> None:
         """Stop the run once its optimizer has stepped `limit` times (the outermost step or minimize of any
