@@ -149,10 +149,11 @@ def test_a_file_that_evaluates_is_verified_with_one_evaluation_pass_each_phase_b
     assert code == 0, err
     [run] = backend.tool_runs
     assert run.eval_batch == 16
-    assert run.notes == ["evaluated once by the Trainer after step 3, 3 evaluation steps at batch 16"]
+    assert run.notes == ["the Trainer evaluates once, after step 3, at batch 16 (the copy's evaluation_strategy "
+                         "\"steps\", eval_steps 3, max_evaluate_steps 3)"]
     said = lines_after_search(err)
     assert said[1] == ("verified by your PaddleNLP Trainer script: training 36.0 MiB (probe 36.0 MiB, +0.0%), "
-                       "evaluation at batch 16 35.2 MiB (probe 32.0 MiB, +10.0%) of 38.0 MiB: fits (1.0s)")
+                       "evaluation 35.2 MiB at batch 16 (probe 32.0 MiB, +10.0%) of 38.0 MiB: fits (1.0s)")
     [verification] = json.loads(out)["verification"]
     assert verification["evaluation"] == {"batch": 16, "peak_bytes": int(32 * MiB * 1.1), "probe_bytes": 32 * MiB,
                                           "ratio": 1.1, "steps": 3}
@@ -168,7 +169,7 @@ def test_an_evaluation_over_the_limit_fails_the_verification_and_what_is_chosen_
     assert code == 1
     said = lines_after_search(err)
     assert said[1] == ("verified by your PaddleNLP Trainer script: training 36.0 MiB (probe 36.0 MiB, +0.0%), "
-                       "evaluation at batch 16 44.8 MiB (probe 32.0 MiB, +40.0%) of 38.0 MiB: over the limit "
+                       "evaluation 44.8 MiB at batch 16 (probe 32.0 MiB, +40.0%) of 38.0 MiB: over the limit "
                        "(evaluation) (1.0s)")
     assert not evaluating.with_name("args.tuned.json").exists()
 
@@ -198,3 +199,23 @@ def test_choosing_again_folds_the_ratio_of_the_phase_that_was_over():
                                   eval_peak_bytes=90 * MiB, probe_eval_bytes=95 * MiB), budget)
     assert (training.training, training.evaluation) == (1.1, 1.0)
     assert _folded([result], set(), training, budget) == []  # 95 MiB x 1.1 does not fit
+
+
+def test_the_trainers_are_asked_for_one_evaluation_pass_after_the_bounded_steps():
+    """After step 3 (inside the training loop, as the real run evaluates), 3 evaluation steps, or the file's
+    eval_accumulation_steps where more (its kept steps moved off the device at the last), or its own
+    max_evaluate_steps where fewer; nothing where the file does not evaluate."""
+    from vramtune.core.verification import evaluation_steps
+    from vramtune.dialects.paddleformers.verify import evaluated as formers
+    from vramtune.dialects.paddlenlp.verify import evaluated as nlp
+    from vramtune.mechanisms.evaluation import EvaluationSettings
+
+    assert [evaluation_steps(None), evaluation_steps(8), evaluation_steps(8, 2), evaluation_steps(None, -1)] == [
+        3, 8, 2, 3]
+    assert nlp(None, {}) == {} and formers(None, {}) == ([], None, None)
+    assert nlp(EvaluationSettings(batch=16, accumulation_steps=4), {"max_evaluate_steps": -1}) == {
+        "do_eval": True, "evaluation_strategy": "steps", "eval_steps": 3, "max_evaluate_steps": 4}
+    assert formers(EvaluationSettings(), {"per_device_eval_batch_size": "4", "max_evaluate_steps": "2"}) == (
+        ["do_eval=true", 'evaluation_strategy="steps"', "eval_steps=3", "max_evaluate_steps=2"], 4,
+        'the Trainer evaluates once, after step 3, at batch 4 (evaluation_strategy="steps" eval_steps=3 '
+        "max_evaluate_steps=2)")

@@ -301,7 +301,8 @@ def verified(run: ToolRun, outcome: ChildOutcome, figures: dict[str, Any], budge
     phases = {"eval_batch": run.eval_batch, "eval_peak_bytes": evaluation if run.eval_batch else None,
               "eval_steps": figures.get("eval_steps") if run.eval_batch else None}
     if run.eval_batch and evaluation and figures.get("resets") is False:
-        notes.append("this Paddle cannot reset its peak counter: the evaluation's peak is the run's through it")
+        notes.append("Paddle cannot reset its peak counter here (2.6): the evaluation's peak is the run's up to its "
+                     "end, the training's the run's before it")
     if outcome.returncode == 0 and used:
         if run.eval_batch and not evaluation:
             notes.append("the file evaluates, but no evaluation ran within the bounded run: training alone verified")
@@ -353,7 +354,8 @@ def verify_env(run: ToolRun, device: Device, budget: Budget, out: str) -> dict[s
     writes, and on a GPU the card the probes ran on, capped at the budget as a probe is (pure: easy to test)."""
     paths = [str(VERIFY_HOOK), run.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, **run.env, "PYTHONPATH": os.pathsep.join(filter(None, paths)), "VRAMTUNE_VERIFY_OUT": out,
-           "VRAMTUNE_VERIFY_DEVICE": "cpu" if device.kind == "cpu" else "gpu:0"}
+           "VRAMTUNE_VERIFY_DEVICE": "cpu" if device.kind == "cpu" else "gpu:0",
+           **({"VRAMTUNE_VERIFY_EVALUATES": "1"} if run.eval_batch else {})}
     if device.kind == "gpu":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         cards = visible.split(",") if visible else [str(index) for index in range(device.count)]

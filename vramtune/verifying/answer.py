@@ -165,7 +165,7 @@ def _folded(measured: Iterable[ProbeResult], tried: set, ratios: Ratios, budget:
 def words(run: Verified, budget: Budget) -> str:
     """One run in a line: "verified by PaddleFormers' workflow: 69.7 MiB (probe 62.1 MiB, +12.2%) of 152.0 MiB:
     fits"; where the run evaluated, each phase beside the probe's: "...: training 69.7 MiB (probe 62.1 MiB, +12.2%),
-    evaluation at batch 8 70.1 MiB (probe 69.0 MiB, +1.6%) of 152.0 MiB: fits"."""
+    evaluation 70.1 MiB at batch 8 (probe 69.0 MiB, +1.6%) of 152.0 MiB: fits"."""
     if run.status == "skipped":
         return f"not verified by the file's own tool: {run.error}"
     if run.status == "failed":
@@ -173,13 +173,19 @@ def words(run: Verified, budget: Budget) -> str:
     peak = _beside(run.peak_bytes, run.probe_bytes, run.ratio)
     verdict = "fits" if run.status == "fits" else "over the limit"
     if run.eval_peak_bytes is not None:
-        evaluation = _beside(run.eval_peak_bytes, run.probe_eval_bytes, run.eval_ratio)
-        peak = f"training {peak}, evaluation at batch {run.eval_batch} {evaluation}"
+        peak = f"training {peak}, evaluation {_beside_at(run)}"
         if run.status == "over_budget":
             over = [phase for phase, used in (("training", run.peak_bytes), ("evaluation", run.eval_peak_bytes))
                     if not budget.fits(used)]
             verdict += f" ({' and '.join(over)})" if over else ""
     return f"verified by {run.tool}: {peak} of {format_bytes(budget.limit)}: {verdict} ({run.seconds:.1f}s)"
+
+
+def _beside_at(run: Verified) -> str:
+    """The evaluation's peak at its batch, beside the probe's: "70.1 MiB at batch 8 (probe 69.0 MiB, +1.6%)"."""
+    at = f"{format_bytes(run.eval_peak_bytes)} at batch {run.eval_batch}"
+    return at + (f" (probe {format_bytes(run.probe_eval_bytes)}, {run.eval_ratio - 1:+.1%})"
+                 if run.eval_ratio and run.probe_eval_bytes else "")
 
 
 def _beside(used: int | None, probe: int | None, ratio: float | None) -> str:

@@ -40,7 +40,8 @@ def evaluated(settings, config: dict) -> tuple[list[str], int | None, str | None
     own = config.get("max_evaluate_steps")
     steps = evaluation_steps(settings.accumulation_steps, int(own) if own not in (None, "") else None)
     return (["do_eval=true", 'evaluation_strategy="steps"', f"eval_steps={STEPS}", f"max_evaluate_steps={steps}"],
-            batch, f"evaluated once by the Trainer after step {STEPS}, {steps} evaluation steps at batch {batch}")
+            batch, f"the Trainer evaluates once, after step {STEPS}, at batch {batch} (evaluation_strategy=\"steps\" "
+                   f"eval_steps={STEPS} max_evaluate_steps={steps})")
 
 
 def tool_run(request: VerifyRequest) -> ToolRun | str:

@@ -36,5 +36,5 @@ def tool_run(request: VerifyRequest) -> ToolRun | str:
         return run
     batch = int(arguments.get("per_device_eval_batch_size") or 8)
     return dataclasses.replace(run, eval_batch=batch, notes=[
-        *run.notes, f"evaluated once by the Trainer after step {STEPS}, {evaluation['max_evaluate_steps']} evaluation "
-                    f"steps at batch {batch}"])
+        *run.notes, f"the Trainer evaluates once, after step {STEPS}, at batch {batch} (the copy's evaluation_strategy "
+                    f"\"steps\", eval_steps {STEPS}, max_evaluate_steps {evaluation['max_evaluate_steps']})"])

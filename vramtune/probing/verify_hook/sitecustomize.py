@@ -9,6 +9,8 @@ the user's own tool on a tuned file; it acts only when $VRAMTUNE_VERIFY_OUT is s
   its steps (prediction_step calls) counted; the training peak is the largest outside it. Paddle 2.6 cannot reset
   the peak: there the evaluation's figure is the run's peak through it, and the training's the run's before it;
 - with $VRAMTUNE_VERIFY_STEPS, it ends the run once the optimizer has stepped that many times (figures written);
+  with $VRAMTUNE_VERIFY_EVALUATES too, once the Trainer's evaluation that follows that step has ended (or at the next
+  optimizer step, where none came);
 - on a CPU only, it makes paddle.device.synchronize() a no-op and records that it did: PaddleFormers' Trainer calls it
   before each optimizer step with gradient accumulation and it raises there ("device should be gpu, xpu"); a CPU runs
   every op in order, so the no-op changes neither memory nor results.
@@ -28,8 +30,9 @@ if OUT:
     DEVICE = os.environ.get("VRAMTUNE_VERIFY_DEVICE", "cpu")  # cpu, or gpu:N as the probes ran
     GPU = DEVICE.startswith("gpu")
     COUNTERS = MemoryCounters("gpu" if GPU else "cpu", int(DEVICE.partition(":")[2] or 0))
+    EVALUATES = bool(os.environ.get("VRAMTUNE_VERIFY_EVALUATES"))  # the run's Trainer evaluates after its steps
     STATE = {"started": time.time(), "stubbed": [], "written": False, "evaluating": 0, "evaluations": 0,
-             "eval_steps": 0}
+             "eval_steps": 0, "steps": 0, "due": False}
     PEAKS = {"train": (0, None), "eval": None}  # each phase's (allocated, reserved) peak
 
     def reset() -> None:
@@ -83,11 +86,15 @@ if OUT:
             phase("train")
             STATE["evaluating"] += 1
             try:
-                return evaluate(self, *args, **kwargs)
+                result = evaluate(self, *args, **kwargs)
             finally:
                 STATE["evaluating"] -= 1
                 STATE["evaluations"] += 1
                 phase("eval")
+            if STATE["due"]:  # the bounded steps are done: the evaluation that followed them ends the run
+                write(steps=STATE["steps"])
+                os._exit(0)
+            return result
 
         def predicted(self, *args, **kwargs):
             STATE["eval_steps"] += 1 if STATE["evaluating"] and STATE["evaluations"] == 0 else 0
@@ -111,8 +118,10 @@ if OUT:
                 finally:
                     state["depth"] -= 1
                 if state["depth"] == 0:
-                    state["steps"] += 1
-                    if state["steps"] >= limit:
+                    state["steps"] = STATE["steps"] = state["steps"] + 1
+                    if state["steps"] == limit and EVALUATES and not STATE["evaluations"]:
+                        STATE["due"] = True  # the Trainer's evaluation after this step ends the run, else the next
+                    elif state["steps"] >= limit:
                         write(steps=state["steps"])
                         os._exit(0)
                 return result
