@@ -5,7 +5,8 @@ the user's own tool on a tuned file; it acts only when $VRAMTUNE_VERIFY_OUT is s
   writes the peak as JSON to $VRAMTUNE_VERIFY_OUT when train() returns, else at exit — the counters the probes
   read: the host allocator's on a CPU, the device's on a GPU;
 - a Trainer's evaluate() (which its training loop calls where the file evaluates: the training state resident, the
-  training loader still reading ahead) is a phase of its own: the peak read and reset as it starts and as it ends,
+  training loader still reading ahead), or the function $VRAMTUNE_VERIFY_EVALUATE names ("module:name", PaddleOCR's
+  tools.program:eval), is a phase of its own: the peak read and reset as it starts and as it ends,
   its steps (prediction_step calls) counted; the training peak is the largest outside it. Paddle 2.6 cannot reset
   the peak: there the evaluation's figure is the run's peak through it, and the training's the run's before it;
 - with $VRAMTUNE_VERIFY_STEPS, it ends the run once the optimizer has stepped that many times (figures written);
@@ -18,6 +19,7 @@ It is not part of the vramtune package (this folder has no __init__.py): only th
 import atexit
 import json
 import os
+import sys
 import time
 import zlib  # noqa: F401  before Paddle: Paddle 2.6's libpaddle exports a zlib of its own (child/worker.py)
 
@@ -52,7 +54,8 @@ if OUT:
         (allocated, reserved), evaluation = PEAKS["train"], PEAKS["eval"]
         return {"peak_bytes": allocated, "reserved_bytes": reserved, "resets": COUNTERS.resets,
                 **({"eval_peak_bytes": evaluation[0], "eval_reserved_bytes": evaluation[1],
-                    "evaluations": STATE["evaluations"], "eval_steps": STATE["eval_steps"]} if evaluation else {})}
+                    "evaluations": STATE["evaluations"], "eval_steps": STATE["eval_steps"] or None} if evaluation
+                   else {})}
 
     def write(**extra) -> None:
         STATE["written"] = True
@@ -67,6 +70,51 @@ if OUT:
         paddle.device.synchronize = synchronize
         STATE["stubbed"].append("paddle.device.synchronize")
 
+    def phased(evaluate):
+        """An evaluation function (a Trainer's evaluate, PaddleOCR's tools/program.py eval) as a phase of its own:
+        the peak read and reset as it starts and as it ends. Where the bounded steps are done, it ends the run."""
+
+        def evaluated(*args, **kwargs):
+            if STATE["evaluating"]:
+                return evaluate(*args, **kwargs)
+            phase("train")
+            STATE["evaluating"] += 1
+            try:
+                result = evaluate(*args, **kwargs)
+            finally:
+                STATE["evaluating"] -= 1
+                STATE["evaluations"] += 1
+                phase("eval")
+            if STATE["due"]:  # the bounded steps are done: the evaluation that followed them ends the run
+                write(steps=STATE["steps"])
+                os._exit(0)
+            return result
+
+        return evaluated
+
+    class Phased:
+        """An import finder that makes a module's function a phase when the module is loaded ("module:name", e.g.
+        $VRAMTUNE_VERIFY_EVALUATE=tools.program:eval: a kit's tools/train.py imports it after start-up)."""
+
+        def __init__(self, target: str):
+            self.module, _, self.name = target.partition(":")
+
+        def find_spec(self, name, path, target=None):
+            if name != self.module:
+                return None
+            import importlib.util
+
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run, attribute = spec.loader.exec_module, self.name
+
+            def exec_module(module):
+                run(module)
+                setattr(module, attribute, phased(getattr(module, attribute)))
+
+            spec.loader.exec_module = exec_module
+            return spec
+
     def wrap(name: str) -> None:
         trainer = __import__(name, fromlist=["Trainer"]).Trainer
         original = trainer.train
@@ -78,28 +126,13 @@ if OUT:
             return result
 
         trainer.train = train
-        evaluate, prediction_step = trainer.evaluate, trainer.prediction_step
-
-        def evaluated(self, *args, **kwargs):
-            if STATE["evaluating"]:
-                return evaluate(self, *args, **kwargs)
-            phase("train")
-            STATE["evaluating"] += 1
-            try:
-                result = evaluate(self, *args, **kwargs)
-            finally:
-                STATE["evaluating"] -= 1
-                STATE["evaluations"] += 1
-                phase("eval")
-            if STATE["due"]:  # the bounded steps are done: the evaluation that followed them ends the run
-                write(steps=STATE["steps"])
-                os._exit(0)
-            return result
+        prediction_step = trainer.prediction_step
 
         def predicted(self, *args, **kwargs):
             STATE["eval_steps"] += 1 if STATE["evaluating"] and STATE["evaluations"] == 0 else 0
             return prediction_step(self, *args, **kwargs)
 
+        evaluated = phased(trainer.evaluate)
         trainer.evaluate, trainer.prediction_step = evaluated, predicted
 
     def bound(limit: int) -> None:
@@ -136,6 +169,8 @@ if OUT:
                 if name in cls.__dict__:
                     wrap_method(cls, name)
 
+    if os.environ.get("VRAMTUNE_VERIFY_EVALUATE"):
+        sys.meta_path.insert(0, Phased(os.environ["VRAMTUNE_VERIFY_EVALUATE"]))
     if os.environ.get("VRAMTUNE_VERIFY_STEPS"):
         bound(int(os.environ["VRAMTUNE_VERIFY_STEPS"]))
     if os.environ.get("VRAMTUNE_VERIFY_TRAINER"):
