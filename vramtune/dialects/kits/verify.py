@@ -59,6 +59,9 @@ def tool_run(request: VerifyRequest) -> ToolRun | str:
     stopped = (f"stopped after {STEPS} optimizer steps" if not once else
                f"stopped after {STEPS} optimizer steps and the evaluation that follows them ({' '.join(once[0])}), "
                f"over the whole Eval set")
+    if spec.settings.get("evaluation") is not None and not once:
+        stopped += (f"; the config's evaluation comes after them ({kit.title} evaluates at an epoch's end, which "
+                    "a few steps do not reach): its evaluation is the probe's alone")
     eval_batch = get_key(merged, once[2]) if once else None
     return ToolRun(f"{kit.title}'s tools/train.py", argv, str(checkout), env,
                    [f"{stopped}; the weights the probes left out left out (the same bytes)"]
