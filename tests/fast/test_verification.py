@@ -160,23 +160,34 @@ def test_a_file_that_evaluates_is_verified_with_one_evaluation_pass_each_phase_b
     assert json.loads(evaluating.with_name("args.tuned.json").read_text())["per_device_eval_batch_size"] == 16
 
 
-def test_an_evaluation_over_the_limit_fails_the_verification_and_what_is_chosen_again_must_fit_it(fake_cli,
-                                                                                                  evaluating):
+def test_an_evaluation_over_the_limit_is_chosen_again_at_a_lower_evaluation_batch_and_verified_again(fake_cli,
+                                                                                                     evaluating):
     """The tool's evaluation holds 40% more (44.8 MiB at batch 16, over 38.0 with training at 36.0 fitting): the
-    probes measured no smaller evaluation batch, so none is chosen again and nothing is written."""
-    cli, _ = fake_cli(evaluates(eval_drift=0.4))
-    code, _, err = cli("apply", evaluating, "--budget", "40MiB", "--verify-with", "python run.py {file}", "--json")
-    assert code == 1
-    said = lines_after_search(err)
-    assert said[1] == ("verified by your PaddleNLP Trainer script: training 36.0 MiB (probe 36.0 MiB, +0.0%), "
-                       "evaluation 44.8 MiB at batch 16 (probe 32.0 MiB, +40.0%) of 38.0 MiB: over the limit "
-                       "(evaluation) (1.0s)")
-    assert not evaluating.with_name("args.tuned.json").exists()
+    same training strategy is chosen again at the largest evaluation batch a line through the probes' evaluation
+    peaks (32.0 MiB at 16, 44.0 at 32) predicts to fit with the 40% (9: not measured), verified again, and written."""
+    cli, backend = fake_cli(evaluates(eval_drift=0.4))
+    code, out, err = cli("apply", evaluating, "--budget", "40MiB", "--verify-with", "python run.py {file}", "--json")
+    assert code == 0, err
+    assert lines_after_search(err)[1:7] == [
+        "verified by your PaddleNLP Trainer script: training 36.0 MiB (probe 36.0 MiB, +0.0%), evaluation 44.8 MiB at "
+        "batch 16 (probe 32.0 MiB, +40.0%) of 38.0 MiB: over the limit (evaluation) (1.0s)",
+        "  the Trainer evaluates once, after step 3, at batch 16 (the copy's evaluation_strategy \"steps\", eval_steps 3, "
+        "max_evaluate_steps 3)",
+        "choosing again with the tool's evaluation's +40.0% folded in: fp32 m=8 k=2 r=0/4 (evaluation at batch 9: not "
+        "measured, predicted to fit with it by a line through the probes' evaluation peaks, lowered from 32)",
+        "verifying fp32 m=8 k=2 r=0/4 with your PaddleNLP Trainer script",
+        "verified by your PaddleNLP Trainer script: training 36.0 MiB (probe 36.0 MiB, +0.0%), evaluation 37.4 MiB at "
+        "batch 9 of 38.0 MiB: fits (1.0s)",
+        "  the Trainer evaluates once, after step 3, at batch 9 (the copy's evaluation_strategy \"steps\", eval_steps 3, "
+        "max_evaluate_steps 3)"]
+    assert [run.eval_batch for run in backend.tool_runs] == [16, 9]
+    assert [run["evaluation"]["probe_bytes"] for run in json.loads(out)["verification"]] == [32 * MiB, None]
+    assert json.loads(evaluating.with_name("args.tuned.json").read_text())["per_device_eval_batch_size"] == 9
 
 
 def test_choosing_again_folds_the_ratio_of_the_phase_that_was_over():
-    """Evaluation over by 10%: the same strategy at the largest measured evaluation batch that fits with it, and
-    training's ratio left out; training over: its ratio, the evaluation batch kept."""
+    """Evaluation over by 10.5%: the same strategy at the largest evaluation batch predicted to fit with it, training's
+    ratio left out; training over: its ratio, the evaluation batch kept."""
     from vramtune.core.records import Budget, ProbeResult
     from vramtune.core.strategy import Strategy
     from vramtune.core.verification import Verified
@@ -192,7 +203,8 @@ def test_choosing_again_folds_the_ratio_of_the_phase_that_was_over():
     ratios = Ratios()
     assert ratios.fold(over, budget) and (ratios.training, round(ratios.evaluation, 3)) == (1.0, 1.105)
     [again] = _folded([result], {(result.strategy, 16)}, ratios, budget)
-    assert (again.strategy, again.facts["eval_batch"]) == (result.strategy, 8)
+    # between 8 (80 MiB x 1.105 fits) and 16 (95 MiB x 1.105 does not): the line through 8 and 32 predicts 14
+    assert (again.strategy, again.facts["eval_batch"]) == (result.strategy, 14)
     assert ratios.words() == "the tool's evaluation's +10.5%"
     training = Ratios()
     assert training.fold(Verified("tool", "over_budget", 110 * MiB, 100 * MiB, eval_batch=16,
@@ -219,3 +231,12 @@ def test_the_trainers_are_asked_for_one_evaluation_pass_after_the_bounded_steps(
         ["do_eval=true", 'evaluation_strategy="steps"', "eval_steps=3", "max_evaluate_steps=2"], 4,
         'the Trainer evaluates once, after step 3, at batch 4 (evaluation_strategy="steps" eval_steps=3 '
         "max_evaluate_steps=2)")
+
+
+def test_a_lower_evaluation_batch_is_predicted_through_the_training_state_where_one_batch_was_measured():
+    from vramtune.mechanisms.evaluation.kept import largest_fitting
+
+    one = {"eval_peaks": {"16": 60 * MiB}, "eval_kept": {"16": 0}, "eval_accumulation_steps": None}
+    assert largest_fitting(one, 50 * MiB, 1.0, state=20 * MiB) == 12  # 20 MiB + 2.5 MiB per sample
+    assert largest_fitting(one, 50 * MiB, 1.0) is None  # no line through one point
+    assert largest_fitting(one, 70 * MiB, 1.1, state=20 * MiB) == 16  # the measured batch fits with the ratio

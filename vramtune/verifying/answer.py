@@ -109,9 +109,10 @@ def _with_it(result: ProbeResult, ratios: Ratios) -> str:
                     "with it")
     if ratios.evaluation > 1:
         batch = result.facts.get("eval_batch")
-        probe = probe_evaluation(result.facts, batch) or 0
-        said.append(f"evaluation at batch {batch}: {format_bytes(probe)} measured, "
-                    f"{format_bytes(int(probe * ratios.evaluation))} with it")
+        probe = probe_evaluation(result.facts, batch)
+        said.append(f"evaluation at batch {batch}: " + (
+            f"{format_bytes(probe)} measured, {format_bytes(int(probe * ratios.evaluation))} with it" if probe else
+            "not measured, predicted to fit with it by a line through the probes' evaluation peaks"))
         if batch != result.facts.get("eval_requested"):
             said[-1] += f", lowered from {result.facts.get('eval_requested')}"
     return "; ".join(said)
@@ -153,7 +154,7 @@ def _folded(measured: Iterable[ProbeResult], tried: set, ratios: Ratios, budget:
         if not result.fits or not budget.fits(_times(result, ratios.training)):
             continue
         if "eval_requested" in result.facts and ratios.evaluation > 1:
-            batch = largest_fitting(result.facts, budget.limit, ratios.evaluation)
+            batch = largest_fitting(result.facts, budget.limit, ratios.evaluation, result.state_bytes)
             if batch is None:
                 continue
             result = dataclasses.replace(result, facts={**result.facts, "eval_batch": batch})
