@@ -313,6 +313,7 @@ def verified(run: ToolRun, outcome: ChildOutcome, figures: dict[str, Any], budge
         return Verified(run.tool, "failed", seconds=outcome.seconds, notes=notes,
                         error=f"timed out after {timeout:.0f}s")
     error = error_line(outcome.stderr_tail, last=True) or f"exited with code {outcome.returncode} and no error message"
+    error = f"{error} (in its evaluation pass)" if figures.get("raised_in") == "evaluation" else error
     status = "over_budget" if looks_like_oom(outcome.stderr_tail) else "failed"
     return Verified(run.tool, status, used, seconds=outcome.seconds, notes=notes, error=error, **phases)
 

@@ -53,6 +53,7 @@ if OUT:
             phase("train")
         (allocated, reserved), evaluation = PEAKS["train"], PEAKS["eval"]
         return {"peak_bytes": allocated, "reserved_bytes": reserved, "resets": COUNTERS.resets,
+                **({"raised_in": STATE["raised_in"]} if STATE.get("raised_in") else {}),
                 **({"eval_peak_bytes": evaluation[0], "eval_reserved_bytes": evaluation[1],
                     "evaluations": STATE["evaluations"], "eval_steps": STATE["eval_steps"] or None} if evaluation
                    else {})}
@@ -81,6 +82,9 @@ if OUT:
             STATE["evaluating"] += 1
             try:
                 result = evaluate(*args, **kwargs)
+            except BaseException:
+                STATE["raised_in"] = "evaluation"
+                raise
             finally:
                 STATE["evaluating"] -= 1
                 STATE["evaluations"] += 1
