@@ -87,7 +87,7 @@ class Ratios:
             self.training, over = max(self.training, run.ratio), True
         if run.eval_ratio and not budget.fits(run.eval_peak_bytes):
             self.evaluation, over = max(self.evaluation, run.eval_ratio), True
-        if not over and run.ratio and run.eval_peak_bytes is None:  # out of memory with no phase read: training's
+        if not over and run.ratio and run.eval_peak_bytes is None:  # out of memory, no phase read over: training's
             self.training, over = max(self.training, run.ratio), True
         return over
 
@@ -148,7 +148,8 @@ def _times(result: ProbeResult, ratio: float) -> int:
 
 def _folded(measured: Iterable[ProbeResult], tried: set, ratios: Ratios, budget: Budget) -> list[ProbeResult]:
     """The fitting results not verified yet whose peak, times the tool's training ratio, still fits; where they
-    evaluate, at the largest evaluation batch measured whose peak, times the tool's evaluation ratio, fits."""
+    evaluate and the tool's evaluation was over, at the largest evaluation batch whose peak, times the tool's
+    evaluation ratio, fits (measured, or predicted by the probes' line: kept.largest_fitting)."""
     folded = []
     for result in measured:
         if not result.fits or not budget.fits(_times(result, ratios.training)):

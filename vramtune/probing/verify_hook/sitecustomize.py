@@ -10,7 +10,7 @@ the user's own tool on a tuned file; it acts only when $VRAMTUNE_VERIFY_OUT is s
   its steps (prediction_step calls) counted; the training peak is the largest outside it. Paddle 2.6 cannot reset
   the peak: there the evaluation's figure is the run's peak through it, and the training's the run's before it;
 - with $VRAMTUNE_VERIFY_STEPS, it ends the run once the optimizer has stepped that many times (figures written);
-  with $VRAMTUNE_VERIFY_EVALUATES too, once the Trainer's evaluation that follows that step has ended (or at the next
+  with $VRAMTUNE_VERIFY_EVALUATES too, once the evaluation that follows that step has ended (or at the next
   optimizer step, where none came);
 - on a CPU only, it makes paddle.device.synchronize() a no-op and records that it did: PaddleFormers' Trainer calls it
   before each optimizer step with gradient accumulation and it raises there ("device should be gpu, xpu"); a CPU runs
@@ -157,7 +157,7 @@ if OUT:
                 if state["depth"] == 0:
                     state["steps"] = STATE["steps"] = state["steps"] + 1
                     if state["steps"] == limit and EVALUATES and not STATE["evaluations"]:
-                        STATE["due"] = True  # the Trainer's evaluation after this step ends the run, else the next
+                        STATE["due"] = True  # the evaluation after this step ends the run, else the next step
                     elif state["steps"] >= limit:
                         write(steps=state["steps"])
                         os._exit(0)
