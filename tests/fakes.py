@@ -74,6 +74,7 @@ class FakeDevice:
     prior_scale: float = 1.0  # the prior handed to the search, this many times what config.json predicts (wrong)
     tool_drift: float = 0.0  # what the user's own tool holds beyond the probe's peak, as a fraction of it
     eval_per_sample: float = 0.0  # evaluation's bytes per sample above the training state (0: evaluation not modelled)
+    eval_drift: float = 0.0  # what the user's own tool's evaluation holds beyond the probe's, as a fraction of it
     probe_seconds: float = 0.0  # wall seconds a probe takes: over the timeout, it times out (as runner.classify says)
     calls: list[Strategy] = field(default_factory=list)
 
@@ -222,8 +223,11 @@ class FakeBackend:
         tool holds that the probe's mirror does not)."""
         self.tool_runs.append(run)
         used = int((self.fake.reserved(strategy) or self.fake.peak(strategy)) * (1 + self.fake.tool_drift))
-        return Verified(run.tool, "fits" if budget.fits(used) else "over_budget", used, seconds=1.0, steps=3,
-                        notes=list(run.notes))
+        evaluation = int((self.fake.fixed + self.fake.eval_per_sample * run.eval_batch) * (1 + self.fake.eval_drift)) \
+            if run.eval_batch and self.fake.eval_per_sample else None  # the run's one evaluation pass, at its batch
+        return Verified(run.tool, "fits" if budget.fits(max(used, evaluation or 0)) else "over_budget", used,
+                        seconds=1.0, steps=3, notes=list(run.notes), eval_batch=run.eval_batch,
+                        eval_peak_bytes=evaluation, eval_steps=3 if evaluation else None)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ what a run's outcome becomes: its peak judged against the budget, an out-of-memo
 or another error a failure with its last line."""
 from __future__ import annotations
 
+import dataclasses
+
 from vramtune.core.records import Budget, Device
 from vramtune.core.verification import ToolRun
 from vramtune.probing.runner import VERIFY_HOOK, ChildOutcome, verified, verify_env
@@ -50,3 +52,31 @@ def test_a_runs_outcome_judged_against_the_budget():
     assert (failed.status, failed.error) == ("failed", "FileNotFoundError: ./data/train.jsonl")
     hung = verified(RUN, ChildOutcome(None, True, "", 900.0), {}, BUDGET, 900)
     assert (hung.status, hung.error) == ("failed", "timed out after 900s")
+
+
+def test_a_run_that_evaluates_is_judged_on_the_larger_phase_and_says_what_it_could_not_read():
+    """The evaluation's peak apart from training's (the hook's figures): the larger must fit; Paddle 2.6 (no reset)
+    said; an evaluation asked for that did not come, and an error raised in it, said."""
+    run = dataclasses.replace(RUN, eval_batch=8, notes=[])
+    done = ChildOutcome(0, False, "", 20.0)
+    over = verified(run, done, {"peak_bytes": 80 * MiB, "eval_peak_bytes": 96 * MiB, "eval_steps": 3, "resets": True},
+                    BUDGET, 900)
+    assert (over.status, over.peak_bytes, over.eval_peak_bytes, over.eval_batch, over.eval_steps, over.notes) == (
+        "over_budget", 80 * MiB, 96 * MiB, 8, 3, [])
+    assert over.to_json()["evaluation"] == {"batch": 8, "peak_bytes": 96 * MiB, "probe_bytes": None, "ratio": None,
+                                            "steps": 3}
+    old = verified(run, done, {"peak_bytes": 80 * MiB, "eval_peak_bytes": 90 * MiB, "resets": False}, BUDGET, 900)
+    assert old.status == "fits" and old.notes == [
+        "Paddle cannot reset its peak counter here (2.6): the evaluation's peak is the run's up to its end, the "
+        "training's the run's before it"]
+    none = verified(run, done, {"peak_bytes": 80 * MiB, "resets": True}, BUDGET, 900)
+    assert (none.status, none.eval_peak_bytes, none.notes) == ("fits", None, [
+        "the file evaluates, but no evaluation ran within the bounded run: training alone verified"])
+    raised = verified(run, ChildOutcome(1, False, "Traceback ...\nNameError: name 'GPTModel' is not defined", 9.0),
+                      {"peak_bytes": 80 * MiB, "raised_in": "evaluation"}, BUDGET, 900)
+    assert (raised.status, raised.error) == ("failed", "NameError: name 'GPTModel' is not defined (in its evaluation "
+                                                       "pass)")
+    assert verified(RUN, done, {"peak_bytes": 80 * MiB}, BUDGET, 900).to_json()["evaluation"] is None
+    cpu = Device("cpu", 0, "cpu", 64 * 2**30, "3.3.1")  # the hook waits for the evaluation after the last step
+    assert verify_env(run, cpu, BUDGET, "/x")["VRAMTUNE_VERIFY_EVALUATES"] == "1"
+    assert "VRAMTUNE_VERIFY_EVALUATES" not in verify_env(RUN, cpu, BUDGET, "/x")

@@ -105,7 +105,9 @@ def test_the_workflow_peaks_where_the_probe_measured_on_each_axis(cli, tmp_path,
                                                                  accumulation, evaluates):
     """m=2 over 64 rows of 78 tokens (enough batches for the loaders to stay full), 2 optimizer steps (after the
     first the optimizer state exists, as in the probe's measured steps), evaluated after each where asked (its loss
-    only: what each evaluation step keeps is the report's words, not the peak's)."""
+    only: what each evaluation step keeps is the report's words, not the peak's). At k=2 with evaluation the probe is
+    `check`'s (issue 36): it runs the workflow on the file too, bounded to 3 steps and one evaluation pass after the
+    last, its training and evaluation peaks read apart by vramtune's hook, each beside the probe's."""
     monkeypatch.chdir(tmp_path)
     rows = tmp_path / "rows.jsonl"
     rows.write_text(((FORMERS / "sft.jsonl").read_text().splitlines()[1] + "\n") * 64, encoding="utf-8")
@@ -113,11 +115,21 @@ def test_the_workflow_peaks_where_the_probe_measured_on_each_axis(cli, tmp_path,
                         lora_rank=8 if fine_tuning == "lora" else None, per_device_train_batch_size=2,
                         gradient_accumulation_steps=accumulation, max_steps=2,
                         **({**EVALUATES, "eval_dataset_path": str(rows)} if evaluates else {}))
-    code, out, err = cli("measure", path, "--device", "cpu", "-m", 2, "-k", accumulation, "--budget", "1GiB", "--json")
+    verifies = evaluates and accumulation == 2
+    code, out, err = cli(*(["check", path] if verifies else ["measure", path, "-m", 2, "-k", accumulation]),
+                         "--device", "cpu", "--budget", "1GiB", "--json")
     assert code == 0, err
-    probe = json.loads(out)
+    probe = json.loads(out)["measured"] if verifies else json.loads(out)
     tool = workflow_peak(path, tmp_path)
     assert tool["steps"] == 2
     assert_in_band(probe["peak_bytes"], tool["peak_bytes"], "training: ")
     if evaluates:
         assert_in_band(probe["eval_peaks"]["2"], tool["eval_peak_bytes"], "evaluation: ")
+    if verifies:
+        verified = json.loads(out)["verification"]
+        assert (verified["tool"], verified["status"], verified["steps"]) == ("PaddleFormers' workflow", "fits", 3)
+        assert verified["evaluation"]["batch"] == 2 and verified["evaluation"]["probe_bytes"] == probe["eval_peaks"]["2"]
+        assert_in_band(probe["peak_bytes"], verified["peak_bytes"], "verified training: ")
+        assert_in_band(probe["eval_peaks"]["2"], verified["evaluation"]["peak_bytes"], "verified evaluation: ")
+        assert ('note:   the Trainer evaluates once, after step 3, at batch 2 (evaluation_strategy="steps" eval_steps=3 '
+                "max_evaluate_steps=3)") in err.splitlines()

@@ -228,6 +228,26 @@ def test_the_reports_words_are_said_in_the_kits_keys(fake_cli):
 
 
 @needs_kit
+def test_a_config_that_evaluates_is_verified_with_the_kits_own_evaluation_after_the_last_step(fake_cli, tmp_path):
+    """Issue 36: tools/train.py evaluates right after the 3rd optimizer step (Global.eval_batch_step=[0,3], the
+    file's own [0,2000] replaced), the hook reads tools/program.py's eval() apart and ends the run after it; the
+    evaluation's peak is said beside the probe's at the exported batch."""
+    (tmp_path / "train.txt").write_text("", encoding="utf-8")
+    data = [f"Train.dataset.data_dir={tmp_path}", f"Train.dataset.label_file_list=['{tmp_path}/train.txt']"]
+    cli, backend = fake_cli(FakeDevice(eval_per_sample=5 * MiB))
+    code, _, err = cli("apply", CHECKOUT / MOBILE, "--device", "cpu", "--budget", "64MiB", "-o", tmp_path / "t.yml",
+                       "-O", "Train.sampler.first_bs=4", "-O", "Eval.loader.batch_size_per_card=16",
+                       *[part for option in data for part in ("-O", option)])
+    assert code == 0, err
+    [run] = backend.tool_runs
+    assert run.eval_batch == 8 and run.env["VRAMTUNE_VERIFY_EVALUATE"] == "tools.program:eval"
+    assert [part for part in run.argv if "eval_batch_step" in part] == ["Global.eval_batch_step=[0,3]"]
+    assert ("verified by PaddleOCR's tools/train.py: training 28.0 MiB (probe 28.0 MiB, +0.0%), evaluation 60.0 MiB "
+            "at batch 8 (probe 60.0 MiB, +0.0%) of 60.8 MiB: fits (1.0s)\n") in err
+    assert ("  stopped after 3 optimizer steps and the evaluation that follows them (Global.eval_batch_step=[0,3]), "
+            "over the whole Eval set") in err
+
+@needs_kit
 @pytest.mark.paddle
 @pytest.mark.skipif(not client.has_requirements("PaddleOCR"), reason=client.missing_reason("PaddleOCR"))
 @pytest.mark.slow(65)

@@ -202,15 +202,20 @@ def test_apply_verifies_the_answer_with_the_users_trainer_script(cli, tmp_path, 
 def test_the_trainer_peaks_where_the_probe_measured_on_each_axis(cli, tmp_path, monkeypatch, fine_tuning,
                                                                 accumulation, evaluates):
     """Tiny Llama at m=2 x 256 tokens, 3 optimizer steps, evaluated at batch 16 after the last where asked (the
-    evaluation's peak, above training's here, is the run's on Paddle 2.6, which cannot reset the counter)."""
+    evaluation's peak, above training's here, is the run's on Paddle 2.6, which cannot reset the counter).
+    Full fine-tuning with evaluation is probed by `check --verify-with` (issue 36): the probe's, and the script run
+    by vramtune on a bounded copy, its training and its one evaluation pass read apart, each beside the probe's."""
     monkeypatch.chdir(tmp_path)
     path, _ = arguments_file(tmp_path, "tiny-llama", per_device_train_batch_size=2, device="cpu",
                              gradient_accumulation_steps=accumulation,
                              **({"lora": True, "lora_rank": 8} if fine_tuning == "lora" else {}),
                              **({"do_eval": True, "per_device_eval_batch_size": 16} if evaluates else {}))
-    code, out, err = cli("measure", path, "--device", "cpu", "-m", 2, "-k", accumulation, "--budget", "1GiB", "--json")
+    verifies = evaluates and fine_tuning == "full"
+    code, out, err = cli(*(["check", path, "--verify-with", f"{sys.executable} {RUNNER} {{file}}"] if verifies else
+                           ["measure", path, "-m", 2, "-k", accumulation]),
+                         "--device", "cpu", "--budget", "1GiB", "--json")
     assert code == 0, err
-    probe = json.loads(out)
+    probe = json.loads(out)["measured"] if verifies else json.loads(out)
     trainer = trainer_peak(path, tmp_path)
     assert_in_band(probe["peak_bytes"], trainer["peak_bytes"], "training: ")
     if evaluates:
@@ -219,3 +224,12 @@ def test_the_trainer_peaks_where_the_probe_measured_on_each_axis(cli, tmp_path, 
             assert_in_band(evaluation, trainer["eval_peak_bytes"], "evaluation: ")
         else:
             assert_in_band(max(probe["peak_bytes"], evaluation), trainer["whole_run_peak_bytes"], "the run: ")
+    if verifies:
+        verified = json.loads(out)["verification"]
+        assert (verified["status"], verified["steps"], verified["evaluation"]["batch"]) == ("fits", 3, 16), verified
+        assert verified["evaluation"]["probe_bytes"] == evaluation
+        assert_in_band(probe["peak_bytes"], verified["peak_bytes"], "verified training: ")
+        assert_in_band(evaluation, verified["evaluation"]["peak_bytes"], "verified evaluation: ")
+        said = next(line for line in err.splitlines() if line.startswith("note: verified by "))
+        assert said.startswith("note: verified by your PaddleNLP Trainer script: training ") and (
+            ", evaluation " in said and " at batch 16 (probe " in said), said

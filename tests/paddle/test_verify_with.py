@@ -30,3 +30,44 @@ def test_the_users_loop_verifies_the_specs_answer(cli, monkeypatch, tmp_path):
     assert "verified by your training loop (vramtune.runtime): " in err
     assert sorted(path.name for path in folder.iterdir()) == ["mlp-python-cpu.tuned.yaml", "mlp-python-cpu.yaml",
                                                                 "mlp_model.py"]
+
+
+KIT_LOOP = '''import paddle
+import program  # imported after start-up, as a kit's tools/train.py imports tools.program
+
+model = paddle.nn.Linear(256, 256)
+optimizer = paddle.optimizer.AdamW(parameters=model.parameters())
+for step in range(1, 10):
+    model(paddle.randn([8, 256])).mean().backward()
+    optimizer.step()
+    optimizer.clear_grad()
+    if step % 3 == 0:
+        program.eval(model)
+'''
+KIT_EVAL = '''import paddle
+
+
+def eval(model):
+    with paddle.no_grad():
+        held = paddle.zeros([4, 1 << 20])  # 16 MiB: the evaluation's own
+        return float(model(paddle.randn([8, 256])).mean()) + float(held.sum())
+'''
+
+
+def test_a_kits_evaluation_after_the_last_step_is_read_apart_and_ends_the_run(tmp_path):
+    """The hook's part for PaddleOCR (issue 36), on a loop of the same shape: a function the hook is told of by name
+    ("program:eval") is wrapped when the loop imports it, read apart as the evaluation phase, and the run ends after
+    the evaluation that follows the 3rd optimizer step (not at that step)."""
+    from vramtune.core.records import Budget, Device
+    from vramtune.core.verification import ToolRun
+    from vramtune.probing.runner import run_tool
+
+    (tmp_path / "loop.py").write_text(KIT_LOOP)
+    (tmp_path / "program.py").write_text(KIT_EVAL)
+    run = ToolRun("a kit's loop", [sys.executable, "loop.py"], str(tmp_path),
+                  {"VRAMTUNE_VERIFY_STEPS": "3", "VRAMTUNE_VERIFY_EVALUATE": "program:eval"}, eval_batch=4)
+    outcome, figures = run_tool(run, Device("cpu", 0, "cpu", 64 * 2**30, "3"), Budget(2**30, 0.05), 300)
+    assert outcome.returncode == 0, outcome.stderr_tail
+    assert (figures["steps"], figures["evaluations"], figures["eval_steps"]) == (3, 1, None), figures
+    assert figures["eval_peak_bytes"] - 16 * 2**20 >= figures["peak_bytes"] // 2, figures  # its 16 MiB, apart
+    assert figures["peak_bytes"] < 16 * 2**20 < figures["eval_peak_bytes"], figures

@@ -1,5 +1,6 @@
 """`check` verified by the file's own tool (issue 36): where the probe passes, the tool trains the checked file itself,
-bounded (PaddleFormers' workflow; the user's `--verify-with` command for the others), and its peak must fit too."""
+bounded (PaddleFormers' workflow; the user's `--verify-with` command for the others), with one evaluation pass where
+the file evaluates, and its peaks (training's and evaluation's) must fit too."""
 from __future__ import annotations
 
 import tempfile
@@ -9,6 +10,7 @@ from typing import Any
 from vramtune.core.records import Budget, Device
 from vramtune.core.strategy import Strategy
 from vramtune.core.verification import VerifyRequest
+from vramtune.mechanisms.evaluation.kept import probe_evaluation
 from vramtune.probing.runner import Backend
 from vramtune.spec import Spec
 from vramtune.verifying.answer import TIMEOUT, verifier, words
@@ -30,6 +32,7 @@ def by_tool(verdict: dict[str, Any], spec: Spec, strategy: Strategy, backend: Ba
         verified = backend.verify(run, strategy, device, budget, TIMEOUT)
     measured = verdict["measured"] or {}
     verified.probe_bytes = measured.get("reserved_bytes") or measured.get("peak_bytes")
+    verified.probe_eval_bytes = probe_evaluation(measured, verified.eval_batch)
     verdict["verification"] = verified.to_json()
     line = words(verified, budget)
     if verified.status == "fits":

@@ -297,15 +297,25 @@ def verified(run: ToolRun, outcome: ChildOutcome, figures: dict[str, Any], budge
     notes = [*run.notes, *(f"{name} stubbed (a no-op on a CPU, which has no queue to wait for)"
                            for name in figures.get("stubbed", []))]
     used = figures.get("reserved_bytes") or figures.get("peak_bytes")
+    evaluation = figures.get("eval_reserved_bytes") or figures.get("eval_peak_bytes")
+    phases = {"eval_batch": run.eval_batch, "eval_peak_bytes": evaluation if run.eval_batch else None,
+              "eval_steps": figures.get("eval_steps") if run.eval_batch else None}
+    if run.eval_batch and evaluation and figures.get("resets") is False:
+        notes.append("Paddle cannot reset its peak counter here (2.6): the evaluation's peak is the run's up to its "
+                     "end, the training's the run's before it")
     if outcome.returncode == 0 and used:
-        return Verified(run.tool, "fits" if budget.fits(used) else "over_budget", used, seconds=outcome.seconds,
-                        steps=figures.get("steps"), notes=notes)
+        if run.eval_batch and not evaluation:
+            notes.append("the file evaluates, but no evaluation ran within the bounded run: training alone verified")
+        whole = max(used, phases["eval_peak_bytes"] or 0)
+        return Verified(run.tool, "fits" if budget.fits(whole) else "over_budget", used, seconds=outcome.seconds,
+                        steps=figures.get("steps"), notes=notes, **phases)
     if outcome.timed_out:
         return Verified(run.tool, "failed", seconds=outcome.seconds, notes=notes,
                         error=f"timed out after {timeout:.0f}s")
     error = error_line(outcome.stderr_tail, last=True) or f"exited with code {outcome.returncode} and no error message"
+    error = f"{error} (in its evaluation pass)" if figures.get("raised_in") == "evaluation" else error
     status = "over_budget" if looks_like_oom(outcome.stderr_tail) else "failed"
-    return Verified(run.tool, status, used, seconds=outcome.seconds, notes=notes, error=error)
+    return Verified(run.tool, status, used, seconds=outcome.seconds, notes=notes, error=error, **phases)
 
 
 def on_card(device: Device, use: dict[str, CardUse] | None) -> CardUse | None:
@@ -345,7 +355,8 @@ def verify_env(run: ToolRun, device: Device, budget: Budget, out: str) -> dict[s
     writes, and on a GPU the card the probes ran on, capped at the budget as a probe is (pure: easy to test)."""
     paths = [str(VERIFY_HOOK), run.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, **run.env, "PYTHONPATH": os.pathsep.join(filter(None, paths)), "VRAMTUNE_VERIFY_OUT": out,
-           "VRAMTUNE_VERIFY_DEVICE": "cpu" if device.kind == "cpu" else "gpu:0"}
+           "VRAMTUNE_VERIFY_DEVICE": "cpu" if device.kind == "cpu" else "gpu:0",
+           **({"VRAMTUNE_VERIFY_EVALUATES": "1"} if run.eval_batch else {})}
     if device.kind == "gpu":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         cards = visible.split(",") if visible else [str(index) for index in range(device.count)]

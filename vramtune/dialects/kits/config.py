@@ -50,6 +50,13 @@ class Kit:
     output_option: str = ""  # the override naming where its tools/train.py writes (logs, checkpoints)
     output_flag: str = ""  # or the flag (PaddleSeg: --save_dir)
 
+    def evaluated_once(self, steps: int) -> tuple[list[str], str, str] | None:
+        """How its tools/train.py is made to evaluate once, right after optimizer step `steps`, where its config
+        evaluates: the overrides, its evaluation function ("module:name", which the verification hook reads apart)
+        and the key of the evaluation batch; None where it cannot be within a few steps (PaddleClas evaluates at an
+        epoch's end) or vramtune does not measure it (PaddleSeg, PaddleDetection)."""
+        return None
+
     def environment(self, checkout: str) -> str:
         """What its tools/train.py needs in front of it to import the kit from its checkout (PaddleSeg: PYTHONPATH=.,
         unless installed); "" for a kit whose tools/train.py puts its checkout on sys.path itself."""

@@ -107,6 +107,12 @@ def amp_op_lists(config: dict[str, Any]) -> dict[str, list[str]]:
 
 
 class PaddleOCR(Kit):
+    def evaluated_once(self, steps: int) -> tuple[list[str], str, str] | None:
+        """tools/program.py's train() evaluates where `global_step > start and (global_step - start) % every == 0`
+        (Global.eval_batch_step = [start, every]): [0, steps] evaluates right after step `steps`, once, over the
+        whole Eval set, with the EMA's swap where the config has one."""
+        return [f"Global.eval_batch_step=[0,{steps}]"], "tools.program:eval", EVAL_BATCH
+
     def value(self, text: str) -> Any:
         """tools/program.py reads -o values as YAML, all of them after one -o."""
         return yaml.safe_load(text)

@@ -2,14 +2,17 @@
 `python -m paddleformers.cli.launcher train` (the one-process form of `paddleformers-cli train`), from the folder
 vramtune runs in (where the file's relative paths point), with the user's own key=value overrides that set no tuned
 key. On a CPU it runs with the same CPU equivalents the probes ran (said), and PaddleFormers' paddle.device.synchronize
-stubbed by the verification hook."""
+stubbed by the verification hook. Where the file evaluates, the Trainer's own evaluation runs once, in its training loop
+after the last bounded step (`evaluation_strategy="steps" eval_steps=3`: the training state resident and the training
+loader reading ahead, as where the real run evaluates), for a few evaluation steps (`max_evaluate_steps`), at the
+evaluation batch the file states."""
 from __future__ import annotations
 
 import os
 import sys
 
 from vramtune.core.report import Tuned
-from vramtune.core.verification import STEPS, ToolRun, VerifyRequest
+from vramtune.core.verification import STEPS, ToolRun, VerifyRequest, evaluation_steps
 from vramtune.dialects.paddleformers.export import given_overrides, tuned_keys
 from vramtune.dialects.paddleformers.reading import read_config
 from vramtune.dialects.paddleformers.source import cpu_equivalents
@@ -23,6 +26,22 @@ def bounded(scratch: str) -> list[str]:
     """The overrides that bound the run and keep its files out of the user's folders."""
     return [f"max_steps={STEPS}", 'save_strategy="no"', f"output_dir={scratch}", "logging_steps=1",
             "disable_tqdm=true"]
+
+
+def evaluated(settings, config: dict) -> tuple[list[str], int | None, str | None]:
+    """The overrides that make the Trainer evaluate once after the bounded steps, the evaluation batch, and the note
+    that says so; nothing where the file does not evaluate (`settings`: the evaluation mechanism's, None then).
+    The workflow turns an "epoch" strategy into every max_steps / num_train_epochs steps: "steps" keeps it to one
+    pass. The Trainer's evaluate() runs where the real run's does (inside its training loop, after an optimizer step),
+    closer to the user's run than an evaluate() called after train() returns, when the training loader is gone."""
+    if settings is None:
+        return [], None, None
+    batch = int(config.get("per_device_eval_batch_size") or 8)
+    own = config.get("max_evaluate_steps")
+    steps = evaluation_steps(settings.accumulation_steps, int(own) if own not in (None, "") else None)
+    return (["do_eval=true", 'evaluation_strategy="steps"', f"eval_steps={STEPS}", f"max_evaluate_steps={steps}"],
+            batch, f"the Trainer evaluates once, after step {STEPS}, at batch {batch} (evaluation_strategy=\"steps\" "
+                   f"eval_steps={STEPS} max_evaluate_steps={steps})")
 
 
 def tool_run(request: VerifyRequest) -> ToolRun | str:
@@ -44,6 +63,8 @@ def tool_run(request: VerifyRequest) -> ToolRun | str:
         if equivalents:
             notes.append("run with the CPU equivalents the probes ran: " + ", ".join(
                 f"{key}: {value_text(value)}" for key, value in equivalents.items()))
+    evaluation, eval_batch, said = evaluated(spec.settings.get("evaluation"), {**config, **spec.model.arguments})
+    notes += [said] if said else []
     argv = [sys.executable, "-m", "paddleformers.cli.launcher", "train", str(request.tuned_file), *overrides,
-            *bounded(str(request.scratch))]
-    return ToolRun(TOOL, argv, os.getcwd(), {"VRAMTUNE_VERIFY_TRAINER": "paddleformers.trainer"}, notes)
+            *bounded(str(request.scratch)), *evaluation]
+    return ToolRun(TOOL, argv, os.getcwd(), {"VRAMTUNE_VERIFY_TRAINER": "paddleformers.trainer"}, notes, eval_batch)
