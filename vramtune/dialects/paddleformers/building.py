@@ -52,7 +52,10 @@ def model_config(model_args: Any, data_args: Any, training_args: Any, device_kin
 
 def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltModel:
     device_kind = "cpu" if paddle.get_device() == "cpu" else "gpu"
-    model_args, data_args, _, _, training_args = parse(probe_arguments(settings, device_kind))
+    arguments = probe_arguments(settings, device_kind)
+    if settings.stage in keys.VL_STAGES and settings.datasets:  # found from the file's folder, not the child's
+        arguments["train_dataset_path"] = ",".join(settings.datasets)
+    model_args, data_args, _, _, training_args = parse(arguments)
     config = model_config(model_args, data_args, training_args, device_kind)
     if settings.stage == "DPO":
         built = _dpo(settings, (model_args, data_args, training_args), config, configure)

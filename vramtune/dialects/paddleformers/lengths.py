@@ -19,7 +19,7 @@ from typing import Any
 
 from vramtune.core.files import write_atomic
 from vramtune.dialects.paddleformers import keys
-from vramtune.dialects.paddleformers.model import dataset_config
+from vramtune.dialects.paddleformers.model import dataset_config, kept_sequences
 
 TIMEOUT = 600  # seconds for one pass over the training data
 SHOWN_CHARACTERS = 60
@@ -28,7 +28,6 @@ SHOWN_CHARACTERS = 60
 def longest(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, Any, int]:
     """Child side: (the longest sequence kept, the tokenizer, how many were kept) over one pass of the workflow's
     own dataset."""
-    from paddleformers.datasets.loader import create_dataset
     from paddleformers.datasets.template.template import get_template_and_fix_tokenizer
     from paddleformers.transformers import AutoTokenizer
 
@@ -39,17 +38,11 @@ def longest(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, A
         config = dataset_config(model_args, data_args, training_args, tokenizer)
         config["template_instance"] = (get_template_and_fix_tokenizer(config) if config["template_backend"] == "custom"
                                        else None)
-        dataset = create_dataset(task_group=data_args.train_dataset_path, task_group_prob=data_args.train_dataset_prob,
-                                 sub_dataset_type=data_args.train_dataset_type, is_valid=True, **config)
-        found, kept, previous = None, 0, None
-        for batch in dataset:
-            if batch is previous:  # its iterator yields its last batch twice
-                continue
-            previous = batch
-            for sequence in batch:
-                kept += 1
-                if found is None or len(sequence.token_ids) > len(found.token_ids):
-                    found = sequence
+        found, kept = None, 0
+        for sequence in kept_sequences(data_args, config):
+            kept += 1
+            if found is None or len(sequence.token_ids) > len(found.token_ids):
+                found = sequence
     return found, tokenizer, kept
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,21 @@ def dataset_config(model_args: Any, data_args: Any, training_args: Any, tokenize
                       use_filtered_label_loss=getattr(training_args, "use_filtered_label_loss", False),
                       enable_thinking=True)
     return config
+
+
+def kept_sequences(data_args: Any, config: dict[str, Any]) -> Iterator[Any]:
+    """Child side: every sequence the workflow's own dataset keeps, one pass in order (`config`: dataset_config's,
+    with its template)."""
+    from paddleformers.datasets.loader import create_dataset
+
+    dataset = create_dataset(task_group=data_args.train_dataset_path, task_group_prob=data_args.train_dataset_prob,
+                             sub_dataset_type=data_args.train_dataset_type, is_valid=True, **config)
+    previous = None
+    for batch in dataset:
+        if batch is previous:  # its iterator yields its last batch twice
+            continue
+        previous = batch
+        yield from batch
 
 
 def architecture_error(folder: str, error: Exception) -> BuildError:

@@ -55,11 +55,10 @@ def _row(sequence: Any, kept: int) -> dict[str, Any]:
 
 def worst(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(the worst sequence or None, its row in words' fields, the tokenizer/processor/template the run uses)."""
-    from paddleformers.datasets.loader import create_dataset
     from paddleformers.datasets.template.template import get_template_and_fix_tokenizer
     from paddleformers.transformers import AutoProcessor, AutoTokenizer
 
-    from vramtune.dialects.paddleformers.model import dataset_config
+    from vramtune.dialects.paddleformers.model import dataset_config, kept_sequences
 
     folder = model_args.model_name_or_path
     with contextlib.redirect_stdout(io.StringIO()):
@@ -75,18 +74,12 @@ def worst(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, dic
         if augmented:
             image_processor = processor.image_processor
             plugin.image_augmentation = WorstAugmentation(image_processor.min_pixels, image_processor.max_pixels)
-        dataset = create_dataset(task_group=data_args.train_dataset_path, task_group_prob=data_args.train_dataset_prob,
-                                 sub_dataset_type=data_args.train_dataset_type, is_valid=True, **config)
-        found, row, kept, previous = None, None, 0, None
-        for batch in dataset:
-            if batch is previous:  # its iterator yields its last batch twice
-                continue
-            previous = batch
-            for sequence in batch:
-                kept += 1
-                candidate = _row(sequence, kept)
-                if sizes.worst_row([row, candidate] if row else [candidate]) is candidate:
-                    found, row = sequence, candidate
+        found, row, kept = None, None, 0
+        for sequence in kept_sequences(data_args, config):
+            kept += 1
+            candidate = _row(sequence, kept)
+            if sizes.worst_row([row, candidate] if row else [candidate]) is candidate:
+                found, row = sequence, candidate
     if row is not None:
         row.update(kept=kept, augmentation=augmented)
     return found, row or {"kept": 0}, {"tokenizer": tokenizer, "processor": processor, "template": template}
