@@ -62,6 +62,11 @@ VL_PROBED = ("paddleocr_vl",)  # the VL models a probe builds (PaddleFormers' VL
 VL_CPU_ATTENTION = "VRAMTUNE_VL_CPU_ATTENTION"
 
 
+VL_NOT_VERIFIED = ("the workflow is not run on a CPU for VL-SFT yet: it would hold the vision tower's eager P x P "
+                   "scores and augment at random, where the probe holds the attention as flashmask does and measures "
+                   "augmentation's worst case (docs/paddleformers.md)")
+
+
 def vl_attention_note(device_kind: str, setting: str | None) -> str:
     """How a VL probe's vision tower held its attention, in words."""
     if device_kind != "cpu":

@@ -62,6 +62,8 @@ class Formers(Source):
 
     def notes(self, settings: FormersModel, device_kind: str) -> list[str]:
         notes = [settings.seq_note]
+        if settings.stage in keys.VL_STAGES:
+            notes.append(keys.vl_attention_note(device_kind, os.environ.get(keys.VL_CPU_ATTENTION)))
         if settings.arguments.get("continue_training", True):
             notes.append("continue_training: the workflow loads the folder's weights; probes build the same model with "
                          "random weights (the same bytes; weights are never read)")
