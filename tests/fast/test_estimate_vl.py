@@ -57,7 +57,7 @@ note: paddleocr_vl: the coefficients of PaddleFormers' Llama (separate projectio
 note: vision-language (paddleocr_vl): counted by part: vision tower 450,735,984 (27 layers, width 1152), aligner 25,960,192, language model 466,654,208; LoRA r=8 on PaddleFormers' paddleocr_vl targets trains vision 4,347,648, aligner 118,784, llm 3,022,848
 note: assumed: every image at the resolution cap, 2,822,400 pixels (PaddleFormers 1.2's VL template's own cap (datasets/template/mm_plugin.py)): 3,600 tokens (14,400 patches of 14x14, merged 2x2) per image; 4 image(s) per row (packing fills the row): 14,400 of the row's 16,384 tokens are an image's, 57,600 patches in the tower; random augmentation scales are clamped back to the cap by the processor
 note: assumed: the vision tower at linear-memory (flash) attention as a GPU runs it (no [patches, patches] scores), its activations per patch with PaddleFormers' Llama coefficients at the tower's width; kept only where a gradient flows into the tower
-note: estimated from config.json, not probed: vramtune probe, apply and measure refuse VL stages in this version
+note: estimated from config.json, not probed: vramtune measure and probe measure PaddleOCR-VL's VL-SFT on its training data's worst row (the other VL models and stages are refused in this version)
 predicted best, LoRA: bf16-o2, micro-batch 4 x accumulation 2, recompute 17/18 blocks; peak 65.4 GiB of 76.0 GiB
   what fills it: weights 1.8 GiB, gradients 28.6 MiB, optimizer state 85.7 MiB, activations 58.7 GiB, allocator reserve 4.8 GiB
   in the PaddleFormers config: fine_tuning: LoRA, per_device_train_batch_size: 4, gradient_accumulation_steps: 2, compute_type: bf16, fp16_opt_level: O2, recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1
@@ -143,9 +143,10 @@ def test_probing_a_vl_stage_is_refused_for_estimate(fake_cli, ocr_vl, command):
     config = ocr_vl / "vl_sft.yaml"
     code, out, err = cli(command[0], config, *command[1:])
     assert (code, out, backend.jobs) == (2, "", [])
-    assert err == (f"error: {config}: stage: probing vision-language fine-tuning is not supported yet: vramtune "
-                   f"estimate {config} --card SIZE estimates it from the model's config.json (vision tower, aligner, "
-                   "language model, image tokens at the resolution cap)\n")
+    assert err == (f"error: {config}: stage: VL-SFT is measured on the training data's worst row (its images "
+                   "through the template and the processor): train_dataset_path must name data that is there: "
+                   f"vramtune estimate {config} --card SIZE estimates it from the model's config.json (vision tower, "
+                   "aligner, language model, image tokens at the resolution cap)\n")
 
 
 def test_vl_dpo_shares_the_estimate_and_says_what_it_leaves_out(fake_cli, ocr_vl):

@@ -10,6 +10,7 @@ import typer
 from vramtune.checking import gate as checking
 from vramtune.checking import stated
 from vramtune.commands import common
+from vramtune.plugins import SOURCES
 from vramtune.probing.runner import Backend
 from vramtune.render import output
 from vramtune.render.results import render_measure
@@ -48,6 +49,8 @@ def register(app: typer.Typer, backend: Backend) -> None:
             own = stated.stated_strategy(spec, spec_session.device.kind)
             output.say(f"note: the file's strategy: {own.label()}")
             given = {**own.to_json(), **{name: value for name, value in given.items() if value is not None}}
+        for note in SOURCES[spec.source].measured_notes(spec.model, spec_session.device.kind):
+            output.say(f"note: {note}")
         strategy = session.strategy_from_flags(spec, given)
         result = session.measure_checked(spec_session, strategy, on_wait=output.say)
         if unjudged and result.measured:

@@ -111,7 +111,8 @@ def notes(vl: VisionLanguage, images: Images, seq_len: int, lora_rank: int) -> l
         "assumed: the vision tower at linear-memory (flash) attention as a GPU runs it (no [patches, patches] "
         f"scores), its activations per patch with PaddleFormers' {'ERNIE-4.5' if tower.fused else 'Llama'} "
         "coefficients at the tower's width; kept only where a gradient flows into the tower",
-        "estimated from config.json, not probed: vramtune probe, apply and measure refuse VL stages in this version",
+        "estimated from config.json, not probed: vramtune measure and probe measure PaddleOCR-VL's VL-SFT on its "
+        "training data's worst row (the other VL models and stages are refused in this version)",
     ]
     strays = {name: parts for name, parts in full.strays.items()
               if any(f"freeze_{part}" in images.freeze for part in parts)}

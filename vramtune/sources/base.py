@@ -64,6 +64,11 @@ class Source:
         """What the report should say about measuring this model on this kind of device."""
         return []
 
+    def measured_notes(self, settings: Any, device_kind: str) -> list[str]:
+        """What `vramtune measure` says beside one probe's numbers: which input it measured, where the source chose it
+        from the data, and what it counts rather than measures."""
+        return []
+
     def suggestions(self, settings: Any, tips: list[str]) -> list[str]:
         """The search's advice when nothing fits, as this source's users say it: a tool whose config names the spec's
         keys otherwise (a kit's) rewrites them, and drops the advice it cannot follow."""

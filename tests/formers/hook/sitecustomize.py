@@ -43,3 +43,16 @@ if os.environ.get("VRAMTUNE_PEAK_FILE"):
         return result
 
     Trainer.train, Trainer.evaluate = train, evaluate
+
+if os.environ.get("VRAMTUNE_PEAK_FILE") and os.environ.get("VRAMTUNE_WORST_AUGMENTATION"):
+    # PaddleOCR-VL's template augments at random (scale 0.5-1.5, padding 0-15 px): for a peak to compare with the
+    # probe's, the workflow's images are augmented at the worst case the probe measures (vl_data.WorstAugmentation)
+    from paddleformers.datasets.template import mm_plugin
+    from paddleformers.datasets.template.template import TEMPLATES
+
+    from vramtune.dialects.paddleformers.images import MAX_PIXELS, MIN_PIXELS
+    from vramtune.dialects.paddleformers.vl_data import WorstAugmentation
+
+    for _template in TEMPLATES.values():
+        if isinstance(_template.mm_plugin, mm_plugin.PaddleOCRVLPlugin):
+            _template.mm_plugin.image_augmentation = WorstAugmentation(MIN_PIXELS, MAX_PIXELS)

@@ -52,10 +52,15 @@ def model_config(model_args: Any, data_args: Any, training_args: Any, device_kin
 
 def build(settings: FormersModel, configure: Callable[[Any], None]) -> BuiltModel:
     device_kind = "cpu" if paddle.get_device() == "cpu" else "gpu"
-    model_args, data_args, _, _, training_args = parse(probe_arguments(settings, device_kind))
+    arguments = probe_arguments(settings, device_kind)
+    if settings.stage in keys.VL_STAGES and settings.datasets:  # found from the file's folder, not the child's
+        arguments["train_dataset_path"] = ",".join(settings.datasets)
+    model_args, data_args, _, _, training_args = parse(arguments)
     config = model_config(model_args, data_args, training_args, device_kind)
     if settings.stage == "DPO":
         built = _dpo(settings, (model_args, data_args, training_args), config, configure)
+    elif settings.stage in keys.VL_STAGES:
+        built = _vl_sft(settings, (model_args, data_args, training_args), config, configure, device_kind)
     else:
         configure(config)  # the mechanisms' keys read at construction: recompute
         model = _with_lora(model_args, training_args, _causal_lm(config, settings.folder))
@@ -209,3 +214,63 @@ def _causal_lm(config: Any, folder: str) -> Any:
         return AutoModelForCausalLM.from_config(config, dtype=paddle.get_default_dtype())
     except Exception as error:
         raise architecture_error(folder, error) from error
+
+
+def _vl_sft(settings: FormersModel, parsed: tuple[Any, Any, Any], config: Any, configure: Callable[[Any], None],
+            device_kind: str) -> BuiltModel:
+    """VL-SFT as its workflow runs it (cli/train/sft/workflow.py): the vision tower's configuration given the
+    attention and recompute keys, freeze_config, the model by AutoModelForConditionalGeneration, LoRA by its own
+    create_peft_model; every row of a micro-batch the training data's worst row (vl_data.py: its images through the
+    template and processor, augmentation at its worst), collated by its mm_collate_fn."""
+    import os
+
+    from paddleformers.cli.utils.mllm_utils import freeze_model_parameters
+    from paddleformers.datasets.collate import mm_collate_fn
+    from paddleformers.transformers import AutoModelForConditionalGeneration
+
+    from vramtune.dialects.paddleformers import vl_attention
+    from vramtune.dialects.paddleformers.vl_data import worst
+
+    model_args, data_args, training_args = parsed
+    sequence, _, parts = worst(model_args, data_args, training_args)
+    if sequence is None:
+        raise BuildError(f"train_dataset_path: every row is longer than max_seq_len {data_args.max_seq_len}: "
+                         "PaddleFormers deletes them all and its workflow never ends")
+    configure(config)
+    vision = getattr(config, "vision_config", None)
+    if vision is not None:
+        vision._attn_implementation = model_args._attn_implementation
+        if device_kind == "cpu" and os.environ.get(keys.VL_CPU_ATTENTION, "linear") != "eager":
+            vl_attention.register()
+            vision._attn_implementation = vl_attention.NAME
+        for name in ("recompute_granularity", "recompute_method", "recompute_num_layers"):
+            setattr(vision, name, getattr(config, name, None))
+        if device_kind == "cpu":
+            vision.fuse_rms_norm = False
+    freeze = getattr(training_args, "freeze_config", "")
+    if freeze:
+        config.freeze_vision_model = "freeze_vision" in freeze
+        config.freeze_language_model = "freeze_llm" in freeze
+        config.freeze_vision_projection = "freeze_aligner" in freeze
+    try:
+        model = AutoModelForConditionalGeneration.from_config(config, dtype=paddle.get_default_dtype())
+    except Exception as error:
+        raise architecture_error(settings.folder, error) from error
+    if not model_args.lora and freeze:
+        with contextlib.redirect_stdout(io.StringIO()):
+            freeze_model_parameters(model, freeze)
+    model = _with_lora(model_args, training_args, model)
+    pad_to = data_args.max_seq_len if settings.packing else None
+
+    def make_batch(batch: int) -> dict[str, Any]:
+        collated = mm_collate_fn([[sequence]] * batch, template=parts["template"], processor=parts["processor"],
+                                 tokenizer=parts["tokenizer"], training_args=training_args, model_args=model_args,
+                                 max_seq_len=pad_to, padding_free=data_args.padding_free, model=model)
+        return {key: value if isinstance(value, paddle.Tensor) else paddle.to_tensor(value)
+                for key, value in collated.items() if value is not None and not _empty(value)}
+
+    return BuiltModel(model, make_batch, _loss, config)
+
+
+def _empty(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and not value

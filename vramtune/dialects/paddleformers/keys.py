@@ -52,9 +52,48 @@ QUANTIZED_TYPES = ("wint4", "wint8", "wint4/8", "nf4")
 STAGES = ("SFT", "PT", "DPO")  # what a probe builds; the others (pretraining recipes) are refused by name
 VL_STAGES = ("VL-SFT", "VL-DPO")  # vision-language fine-tuning: read, validated and estimated from config.json
 READ_STAGES = STAGES + VL_STAGES
-VL_NOT_PROBED = ("probing vision-language fine-tuning is not supported yet: vramtune estimate {file} --card SIZE "
-                 "estimates it from the model's config.json (vision tower, aligner, language model, image tokens at "
-                 "the resolution cap)")
+VL_NOT_PROBED = ("{why}: vramtune estimate {file} --card SIZE estimates it from the model's config.json (vision "
+                 "tower, aligner, language model, image tokens at the resolution cap)")
+VL_PROBED = ("paddleocr_vl",)  # the VL models a probe builds (PaddleFormers' VL-SFT workflow runs them on a CPU)
+
+
+# on a CPU, the vision tower's attention: "linear" (what a GPU's flash kernel holds: vl_attention.py) unless this
+# environment variable says "eager" (the CPU's own P x P scores, as PaddleFormers' workflow holds them on a CPU)
+VL_CPU_ATTENTION = "VRAMTUNE_VL_CPU_ATTENTION"
+
+
+VL_NOT_VERIFIED = ("the workflow is not run on a CPU for VL-SFT yet: it would hold the vision tower's eager P x P "
+                   "scores and augment at random, where the probe holds the attention as flashmask does and measures "
+                   "augmentation's worst case (docs/paddleformers.md)")
+
+
+def vl_attention_note(device_kind: str, setting: str | None) -> str:
+    """How a VL probe's vision tower held its attention, in words."""
+    if device_kind != "cpu":
+        return "the vision tower's attention: the file's own kernel, measured"
+    if setting == "eager":
+        return ("the vision tower's attention: eager, measured with the CPU's own heads x P x P scores "
+                f"({VL_CPU_ATTENTION}=eager, as PaddleFormers' workflow holds them on a CPU): not what a GPU's "
+                "flashmask holds")
+    return ("the vision tower's attention: a linear-memory attention (flash's algorithm in Paddle) holding what a "
+            "GPU's flashmask holds (query, key, value, output, log-sum-exp per row), not the CPU's heads x P x P "
+            "scores, plus a transient block of heads x 128 x P scores; the language model's attention runs eager, "
+            "its heads x T x T scores measured as a CPU holds them")
+
+
+def vl_refusal(stage: str, model_type: str | None, has_data: bool, packing: bool) -> str | None:
+    """Why a vision-language run is not probed, or None: PaddleOCR-VL's VL-SFT on its own data, unpacked, is."""
+    if stage != "VL-SFT":
+        return f"probing {stage} is not supported yet (VL-SFT of PaddleOCR-VL is)"
+    if model_type not in VL_PROBED:
+        return (f"probing VL-SFT of {model_type or 'this model'} is not supported yet (PaddleOCR-VL's is: "
+                "Qwen2.5-VL's template and the others are not measured here)")
+    if not has_data:
+        return ("VL-SFT is measured on the training data's worst row (its images through the template and the "
+                "processor): train_dataset_path must name data that is there")
+    if packing:
+        return "probing VL-SFT with packing or padding_free is not supported yet (a packed row's images are not read)"
+    return None
 # keys PaddleFormers 1.2 parses but never hands to the VL workflow (cli/train/tuner.py passes no preprocessing
 # arguments to run_sft or run_dpo): the template resizes to its own cap whatever they say
 UNREACHED_VL = ("max_pixels", "min_pixels", "video_max_pixels", "video_min_pixels")

@@ -18,38 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from vramtune.core.files import write_atomic
+from vramtune.dialects.paddleformers import keys
+from vramtune.dialects.paddleformers.model import dataset_config, kept_sequences
 
 TIMEOUT = 600  # seconds for one pass over the training data
 SHOWN_CHARACTERS = 60
 
 
-def dataset_config(model_args: Any, data_args: Any, training_args: Any, tokenizer: Any) -> dict[str, Any]:
-    """The dataset settings the SFT and DPO workflows pass to create_dataset (cli/train/*/workflow.py), for one
-    pass in order on one rank."""
-    config = {"tokenizer": tokenizer, "processor": None, "max_seq_len": data_args.max_seq_len,
-              "random_seed": training_args.seed, "num_replicas": 1, "rank": 0,
-              "num_samples_each_epoch": data_args.num_samples_each_epoch, "random_shuffle": False,
-              "greedy_intokens": data_args.greedy_intokens, "packing": False, "mix_strategy": data_args.mix_strategy,
-              "encode_one_turn": data_args.encode_one_turn, "use_template": data_args.use_template,
-              "is_pretraining": "pt" in model_args.stage.lower(), "truncate_packing": data_args.truncate_packing,
-              "stage": model_args.stage, "template_backend": data_args.template_backend,
-              "split_multi_turn": data_args.split_multi_turn, "dataset_type": "iterable", "dtype": "float32",
-              "dataset_num_proc": 1, "binpacking": False, "packing_interval": data_args.packing_interval,
-              "packed_idx_cache_dir": None, "dataloader_num_workers": 0, "template": data_args.template,
-              "tool_format": None, "default_system": None, "truncation_strategy": data_args.truncation_strategy,
-              "skip_warmup": data_args.skip_warmup}
-    if model_args.stage == "DPO":
-        config.update(max_prompt_len=data_args.max_prompt_len, buffer_size=data_args.buffer_size,
-                      use_attn_mask_startend_row_indices=model_args.use_attn_mask_startend_row_indices,
-                      use_filtered_label_loss=getattr(training_args, "use_filtered_label_loss", False),
-                      enable_thinking=True)
-    return config
-
-
 def longest(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, Any, int]:
     """Child side: (the longest sequence kept, the tokenizer, how many were kept) over one pass of the workflow's
     own dataset."""
-    from paddleformers.datasets.loader import create_dataset
     from paddleformers.datasets.template.template import get_template_and_fix_tokenizer
     from paddleformers.transformers import AutoTokenizer
 
@@ -60,25 +38,25 @@ def longest(model_args: Any, data_args: Any, training_args: Any) -> tuple[Any, A
         config = dataset_config(model_args, data_args, training_args, tokenizer)
         config["template_instance"] = (get_template_and_fix_tokenizer(config) if config["template_backend"] == "custom"
                                        else None)
-        dataset = create_dataset(task_group=data_args.train_dataset_path, task_group_prob=data_args.train_dataset_prob,
-                                 sub_dataset_type=data_args.train_dataset_type, is_valid=True, **config)
-        found, kept, previous = None, 0, None
-        for batch in dataset:
-            if batch is previous:  # its iterator yields its last batch twice
-                continue
-            previous = batch
-            for sequence in batch:
-                kept += 1
-                if found is None or len(sequence.token_ids) > len(found.token_ids):
-                    found = sequence
+        found, kept = None, 0
+        for sequence in kept_sequences(data_args, config):
+            kept += 1
+            if found is None or len(sequence.token_ids) > len(found.token_ids):
+                found = sequence
     return found, tokenizer, kept
 
 
 def measure(arguments: dict[str, Any]) -> dict[str, Any]:
-    """Child side, for the parent: the longest sample's length and first words."""
+    """Child side, for the parent: the longest sample's length and first words; for a vision-language stage, its
+    worst row (vl_data.py)."""
     from vramtune.dialects.paddleformers.model import parse
 
     model_args, data_args, _, _, training_args = parse(arguments)
+    if model_args.stage in keys.VL_STAGES:  # the worst row: its images through the template and processor
+        from vramtune.dialects.paddleformers.vl_data import worst
+
+        _, row, _ = worst(model_args, data_args, training_args)
+        return {"longest": row.get("tokens", 0), "kept": row["kept"], "sample": "", "vl": row}
     found, tokenizer, kept = longest(model_args, data_args, training_args)
     text = tokenizer.decode(found.token_ids[:32]) if found else ""
     return {"longest": len(found.token_ids) if found else 0, "kept": kept,
@@ -88,10 +66,33 @@ def measure(arguments: dict[str, Any]) -> dict[str, Any]:
 def cache_key(arguments: dict[str, Any], folder: str, datasets: list[str]) -> str:
     """What the answer depends on: the data and tokenizer files and the arguments that shape samples."""
     digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode())
-    for path in [*datasets, *sorted(str(p) for p in Path(folder).iterdir() if "token" in p.name)]:
+    shaping = ("token", "processor", "config.json")
+    shaped = sorted(str(p) for p in Path(folder).iterdir() if any(part in p.name for part in shaping))
+    for path in [*datasets, *_images(datasets), *shaped]:
         stat = os.stat(path)
         digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:20]
+
+
+def _images(datasets: list[str]) -> list[str]:
+    """The image files a messages dataset's rows name (their sizes decide a VL row's tokens), as its reader finds
+    them (relative to the data file)."""
+    found: list[str] = []
+    for dataset in datasets:
+        try:
+            lines = Path(dataset).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            for image in row.get("images", []) if isinstance(row, dict) else []:
+                path = Path(dataset).parent / image if isinstance(image, str) else None
+                if path is not None and path.is_file():
+                    found.append(str(path))
+    return found
 
 
 def longest_sample(arguments: dict[str, Any], folder: str, datasets: list[str], cache: Path) -> dict[str, Any]:

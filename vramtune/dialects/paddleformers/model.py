@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,44 @@ def probe_arguments(settings: FormersModel, device_kind: str) -> dict[str, Any]:
     if device_kind == "cpu":
         arguments.update(cpu_equivalents(settings.arguments), device="cpu", amp_master_grad=False)
     return {key: value for key, value in arguments.items() if value is not None}
+
+
+def dataset_config(model_args: Any, data_args: Any, training_args: Any, tokenizer: Any) -> dict[str, Any]:
+    """The dataset settings the SFT and DPO workflows pass to create_dataset (cli/train/*/workflow.py), for one
+    pass in order on one rank."""
+    config = {"tokenizer": tokenizer, "processor": None, "max_seq_len": data_args.max_seq_len,
+              "random_seed": training_args.seed, "num_replicas": 1, "rank": 0,
+              "num_samples_each_epoch": data_args.num_samples_each_epoch, "random_shuffle": False,
+              "greedy_intokens": data_args.greedy_intokens, "packing": False, "mix_strategy": data_args.mix_strategy,
+              "encode_one_turn": data_args.encode_one_turn, "use_template": data_args.use_template,
+              "is_pretraining": "pt" in model_args.stage.lower(), "truncate_packing": data_args.truncate_packing,
+              "stage": model_args.stage, "template_backend": data_args.template_backend,
+              "split_multi_turn": data_args.split_multi_turn, "dataset_type": "iterable", "dtype": "float32",
+              "dataset_num_proc": 1, "binpacking": False, "packing_interval": data_args.packing_interval,
+              "packed_idx_cache_dir": None, "dataloader_num_workers": 0, "template": data_args.template,
+              "tool_format": None, "default_system": None, "truncation_strategy": data_args.truncation_strategy,
+              "skip_warmup": data_args.skip_warmup}
+    if model_args.stage == "DPO":
+        config.update(max_prompt_len=data_args.max_prompt_len, buffer_size=data_args.buffer_size,
+                      use_attn_mask_startend_row_indices=model_args.use_attn_mask_startend_row_indices,
+                      use_filtered_label_loss=getattr(training_args, "use_filtered_label_loss", False),
+                      enable_thinking=True)
+    return config
+
+
+def kept_sequences(data_args: Any, config: dict[str, Any]) -> Iterator[Any]:
+    """Child side: every sequence the workflow's own dataset keeps, one pass in order (`config`: dataset_config's,
+    with its template)."""
+    from paddleformers.datasets.loader import create_dataset
+
+    dataset = create_dataset(task_group=data_args.train_dataset_path, task_group_prob=data_args.train_dataset_prob,
+                             sub_dataset_type=data_args.train_dataset_type, is_valid=True, **config)
+    previous = None
+    for batch in dataset:
+        if batch is previous:  # its iterator yields its last batch twice
+            continue
+        previous = batch
+        yield from batch
 
 
 def architecture_error(folder: str, error: Exception) -> BuildError:

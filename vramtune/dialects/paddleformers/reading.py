@@ -22,6 +22,7 @@ from vramtune.core.text import did_you_mean
 from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.accepted import ACCEPTED, VERSION
 from vramtune.dialects.paddleformers.codec import from_formers
+from vramtune.dialects.paddleformers.images import describe
 from vramtune.dialects.paddleformers.lengths import longest_sample
 
 # keys only PaddleFormers 1.x has (PaddleNLP 2.8's arguments files have none of them): how a file is recognised
@@ -31,6 +32,7 @@ MARKERS = frozenset({"stage", "max_seq_len", "compute_type", "fine_tuning", "tra
 DEFAULT_MAX_SEQ_LEN = 4096  # DataArguments.max_seq_len
 DEFAULT_BATCH = 8  # TrainingArguments.per_device_train_batch_size
 TRAINER_MAX_GRAD_NORM = 1.0
+ROW_SIZES = "augmentation at its worst where the template augments"
 DATA_AT_PROBE_TIME = ("the sequence length is read from the training data at probe time (its longest sample kept, "
                       "tokenized by PaddleFormers); not here, which runs no Paddle")
 
@@ -141,6 +143,8 @@ def _sequence(section: Section, config: dict[str, Any], folder: str | None, data
     if "error" in answer:
         return {"seq_len": max_seq_len, "seq_note": f"sequence length {max_seq_len}: max_seq_len, an upper bound "
                                                     f"(the training data could not be read: {answer['error']})"}
+    if "vl" in answer:
+        return _vl_sequence(section, answer, max_seq_len)
     if not answer["longest"]:
         section.fail("train_dataset_path", f"every sample is longer than max_seq_len {max_seq_len}: PaddleFormers "
                                            "drops them all (truncation_strategy) and its workflow never ends")
@@ -149,6 +153,18 @@ def _sequence(section: Section, config: dict[str, Any], folder: str | None, data
             "seq_note": f"sequence length {answer['longest']}: the longest of the {answer['kept']} training samples "
                         f"kept (no packing: a batch is padded to its longest row, not to max_seq_len "
                         f"{max_seq_len}): \"{answer['sample']}...\""}
+
+
+def _vl_sequence(section: Section, answer: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
+    """A vision-language stage's data: its worst row (images.py, vl_data.py), or every row deleted, said."""
+    if not answer["longest"]:
+        section.fail("train_dataset_path", f"every row is longer than max_seq_len {max_seq_len} (its text and image "
+                                           "tokens after the template's and processor's resizes, "
+                                           f"{ROW_SIZES}): PaddleFormers deletes every row (\"[SKIP] data is deleted "
+                                           "by truncation strategy\") and its workflow never ends: raise max_seq_len "
+                                           "or lower the images' resolution")
+        return {"seq_len": max_seq_len}
+    return {"seq_len": answer["longest"], "seq_note": describe(answer["vl"], max_seq_len)}
 
 
 def spec_from_config(config: dict[str, Any], file: str, read_data: bool = True) -> tuple[dict[str, Any], list[str]]:

@@ -16,6 +16,8 @@ own peak against the probe's.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,8 @@ class Formers(Source):
 
     def notes(self, settings: FormersModel, device_kind: str) -> list[str]:
         notes = [settings.seq_note]
+        if settings.stage in keys.VL_STAGES:
+            notes.append(keys.vl_attention_note(device_kind, os.environ.get(keys.VL_CPU_ATTENTION)))
         if settings.arguments.get("continue_training", True):
             notes.append("continue_training: the workflow loads the folder's weights; probes build the same model with "
                          "random weights (the same bytes; weights are never read)")
@@ -71,9 +75,24 @@ class Formers(Source):
                     for key, value in changed.items()) + "; fused kernels off; the file keeps its own settings")
         return notes
 
+    def measured_notes(self, settings: FormersModel, device_kind: str) -> list[str]:
+        """A VL stage's worst row, and how its vision tower's attention was held."""
+        if settings.stage not in keys.VL_STAGES:
+            return []
+        return [settings.seq_note, keys.vl_attention_note(device_kind, os.environ.get(keys.VL_CPU_ATTENTION))]
+
     def refusal(self, settings: FormersModel, file: str) -> str | None:
-        """A vision-language stage: validated and estimated, not probed in this version."""
-        return keys.VL_NOT_PROBED.format(file=file) if settings.stage in keys.VL_STAGES else None
+        """A vision-language stage other than PaddleOCR-VL's VL-SFT on its own data, unpacked: validated and
+        estimated, not probed in this version."""
+        if settings.stage not in keys.VL_STAGES:
+            return None
+        try:
+            model_type = json.loads((Path(settings.folder) / "config.json").read_text(encoding="utf-8")).get(
+                "model_type")
+        except (OSError, ValueError, AttributeError):
+            model_type = None
+        why = keys.vl_refusal(settings.stage, model_type, bool(settings.datasets), settings.packing)
+        return keys.VL_NOT_PROBED.format(file=file, why=why) if why else None
 
     def unsupported(self, settings: FormersModel, strategy, device) -> str | None:
         """fp32 with flash attention on a GPU (a CPU probe runs the eager equivalent)."""

@@ -13,6 +13,7 @@ import sys
 
 from vramtune.core.report import Tuned
 from vramtune.core.verification import STEPS, ToolRun, VerifyRequest, evaluation_steps
+from vramtune.dialects.paddleformers import keys
 from vramtune.dialects.paddleformers.export import given_overrides, tuned_keys
 from vramtune.dialects.paddleformers.reading import read_config
 from vramtune.dialects.paddleformers.source import cpu_equivalents
@@ -53,6 +54,8 @@ def tool_run(request: VerifyRequest) -> ToolRun | str:
                 "only yet: name the launch that trains it to verify it, --verify-with \"python -m "
                 f"paddle.distributed.launch --nproc_per_node {request.strategy.devices} -m paddleformers.cli.launcher "
                 "train {file}\"")
+    if request.spec.model.stage in keys.VL_STAGES and request.device.kind == "cpu":
+        return keys.VL_NOT_VERIFIED
     spec, notes = request.spec, []
     config = read_config(request.tuned_file)
     kept, _ = given_overrides(config, spec.model.arguments, set(tuned_keys({}, Tuned(strategy=request.strategy))))
