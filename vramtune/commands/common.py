@@ -148,13 +148,26 @@ def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backen
     return spec
 
 
+# the key a file states its tensor-parallel degree with, by model source (a vramtune spec's own: tensor_parallel)
+LAYOUT_KEYS = {"paddleformers": "tensor_model_parallel_size"}
+NOT_SEARCHED = ("{degree}: tensor parallelism is measured and estimated, not searched yet: `vramtune measure {file}` "
+                "runs the file's layout (each rank's peak), `vramtune estimate {file}` predicts it per rank; set it to "
+                "1 to tune the rest")
+
+
 def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
                      flags: dict[str, Any], kit_options: list[str], backend: Backend,
                      probe_timeout: float | None = None) -> Spec:
     """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags, a config's
-    own overrides, the probe timeout; checked for the packages the backend's probes need."""
-    return load(spec_path, {**overrides(budget, device, target_batch, kit_options, probe_timeout),
+    own overrides, the probe timeout; checked for the packages the backend's probes need. A tensor-parallel layout
+    is refused: `measure` and `estimate` take it, the search does not vary it yet."""
+    spec = load(spec_path, {**overrides(budget, device, target_batch, kit_options, probe_timeout),
                             **search_overrides(flags)}, backend)
+    degree = session.fixed_layout(spec).get("tensor_parallel", 1)
+    if degree > 1:
+        key = LAYOUT_KEYS.get(spec.source, "tensor_parallel")
+        raise SpecError([Problem(spec.path, key, NOT_SEARCHED.format(degree=degree, file=spec_path))])
+    return spec
 
 
 def _save_traceback() -> str:
