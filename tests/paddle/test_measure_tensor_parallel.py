@@ -1,0 +1,51 @@
+"""`vramtune measure` of a PaddleFormers file with tensor_model_parallel_size 2, for real: 2 CPU ranks under
+`python -m paddle.distributed.launch` (gloo), the tensor-parallel mechanism's CPU stand-ins in its probe child only,
+every rank's peak from its own counters; beside bench/parallel/rank.py's 2-rank run of the same model and batch shape
+(bench/parallel_ranks.py, which also runs PaddleFormers' own workflow under the same launch: --workflow tp2). Each
+launch is waited on to its end, bounded only by HUNG (a hang fails); nothing here is timed."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import CONFIGS, HUNG, ROOT, needs_paddleformers
+
+from vramtune.mechanisms.tensor_parallel import CPU_NOTE
+
+pytestmark = [pytest.mark.paddle, needs_paddleformers]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from parallel_ranks import LAYOUTS, measure  # noqa: E402
+
+LONGEST = 78  # the longest sample of tests/specs/formers/sft.jsonl the workflow keeps at max_seq_len 128
+
+
+def tp2_file(folder, sequence: bool = False):
+    """configs/formers-sft-lora-cpu.yaml as full fine-tuning with tensor_model_parallel_size 2, as bench/
+    parallel_ranks.py's workflow trains it."""
+    text = (CONFIGS / "formers-sft-lora-cpu.yaml").read_text()
+    for old, new in (("lora: true", "lora: false"), ("lora_rank: 8", ""), ("fine_tuning: lora", "fine_tuning: full")):
+        text = text.replace(old, new)
+    path = folder / "tp2.yaml"
+    path.write_text(text + "tensor_model_parallel_size: 2\nmax_grad_norm: 0.0\n"
+                    + ("sequence_parallel: true\n" if sequence else ""))
+    return path
+
+
+@pytest.mark.slow(40)
+def test_measure_runs_two_tensor_parallel_ranks_as_the_bench_measures_them(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the file's paths are the repository's
+    path = tp2_file(tmp_path)
+    code, out, err = cli("measure", path, "--device", "cpu", "--probe-timeout", HUNG, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert f"note: {CPU_NOTE}\n" in err and "tp=2" in err
+    assert (result["tensor_parallel"], result["devices"]) == (2, 1)
+    peaks = result["rank_peak_bytes"]
+    assert len(peaks) == 2 and peaks[0] == peaks[1]  # one model split in two: the same bytes on both ranks
+    # every rank builds half the matmuls and the vocabulary, the norms whole: 60,480 of the 120,640 parameters
+    assert (result["total_params"], result["weight_bytes"]) == (60_480, 60_480 * 4)
+    bench = measure(LAYOUTS["tp2"][0], 2, {}, sys.executable, micro_batch=4, seq=LONGEST)
+    assert [report["peak"] for report in bench] == [bench[0]["peak"]] * 2
+    assert peaks[0] / bench[0]["peak"] == pytest.approx(1.0, abs=0.01)
