@@ -1,8 +1,8 @@
-"""`vramtune measure` of a PaddleFormers file with tensor_model_parallel_size 2, for real: 2 CPU ranks under
-`python -m paddle.distributed.launch` (gloo), the tensor-parallel mechanism's CPU stand-ins in its probe child only,
-every rank's peak from its own counters; beside bench/parallel/rank.py's 2-rank run of the same model and batch shape
-(bench/parallel_ranks.py, which also runs PaddleFormers' own workflow under the same launch: --workflow tp2). Each
-launch is waited on to its end, bounded only by HUNG (a hang fails); nothing here is timed."""
+"""`vramtune measure` (and `probe`) of a PaddleFormers file with tensor_model_parallel_size 2, for real: 2 CPU ranks
+under `python -m paddle.distributed.launch` (gloo), the tensor-parallel mechanism's CPU stand-ins in its probe child
+only, every rank's peak from its own counters; beside bench/parallel/rank.py's 2-rank run of the same model and batch
+shape (bench/parallel_ranks.py, which also runs PaddleFormers' own workflow under the same launch: --workflow tp2).
+Each launch is waited on to its end, bounded only by HUNG (a hang fails); nothing here is timed."""
 from __future__ import annotations
 
 import json
@@ -49,3 +49,17 @@ def test_measure_runs_two_tensor_parallel_ranks_as_the_bench_measures_them(cli, 
     bench = measure(LAYOUTS["tp2"][0], 2, {}, sys.executable, micro_batch=4, seq=LONGEST)
     assert [report["peak"] for report in bench] == [bench[0]["peak"]] * 2
     assert peaks[0] / bench[0]["peak"] == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.slow(30)
+def test_probe_searches_at_the_files_degree(cli, tmp_path, monkeypatch):
+    """The search keeps the file's degree: its whole batch fits a generous budget at tp 2, in one 2-rank probe."""
+    monkeypatch.chdir(ROOT)
+    path = tp2_file(tmp_path)
+    code, out, err = cli("probe", path, "--device", "cpu", "--budget", "64MiB", "--probe-timeout", HUNG, "--fresh",
+                         "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert f"note: {CPU_NOTE}\n" in err
+    assert (report["chosen"]["tensor_parallel"], report["chosen"]["micro_batch"]) == (2, 4)
+    assert [len(probe["rank_peak_bytes"]) for probe in report["probes"]] == [2] * len(report["probes"])

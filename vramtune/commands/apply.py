@@ -60,7 +60,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
         name = common.plain(format_name) or export.default_format(spec_path)
         options = common.config_options(kit_options, trailing)
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, options, backend,
-                                       probe_timeout)
+                                       probe_timeout, writes=True)
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:

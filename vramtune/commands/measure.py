@@ -49,11 +49,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
             output.say(f"note: the file's strategy: {own.label()}")
             given = {**own.to_json(), **{name: value for name, value in given.items() if value is not None}}
         strategy = session.strategy_from_flags(spec, given)
-        refused = session.unsupported(strategy, spec_session.device) if strategy.tensor_parallel > 1 else None
-        if refused:  # a layout this device or Paddle cannot run: the file's (or the flag's) key, by name
-            key = "--tensor-parallel" if flags.get("tensor_parallel") else common.LAYOUT_KEYS.get(spec.source,
-                                                                                                 "tensor_parallel")
-            raise SpecError([Problem(str(spec_path), key, f"{strategy.tensor_parallel}: {refused}")])
+        common.refuse_layout(spec, strategy, spec_session.device, flag=bool(flags.get("tensor_parallel")))
         for note in session.probe_notes(strategy, spec_session.device.kind):
             output.say(f"note: {note}")
         result = session.measure_checked(spec_session, strategy, on_wait=output.say)

@@ -11,8 +11,9 @@ and `fleet.distributed_optimizer`.
 
 On a CPU (gloo) Paddle 3.3.1 lacks some of what that runs: cpu_stand_ins.py supplies it, in the probe child only,
 each stand-in allocating what Paddle's GPU kernel allocates (tests/paddle/test_parallel_ranks.py); the output says
-so (`notes`). This step keeps the file's degree: the search does not vary it (`vramtune probe` and `apply` refuse a
-degree above 1: commands/probe.py)."""
+so (`probe_notes`). This step keeps the file's degree: the search probes every strategy at it and does not vary
+it (search/record.py's base); `apply` refuses a degree above 1 (commands/common.py: the workflow that verifies what
+it writes runs as one process)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
