@@ -1,8 +1,8 @@
-"""`vramtune measure` (and `probe`) of a PaddleFormers file with tensor_model_parallel_size 2, for real: 2 CPU ranks
-under `python -m paddle.distributed.launch` (gloo), the tensor-parallel mechanism's CPU stand-ins in its probe child
-only, every rank's peak from its own counters; beside bench/parallel/rank.py's 2-rank run of the same model and batch
-shape (bench/parallel_ranks.py, which also runs PaddleFormers' own workflow under the same launch: --workflow tp2).
-Each launch is waited on to its end, bounded only by HUNG (a hang fails); nothing here is timed."""
+"""`vramtune measure` (and `probe`, `apply`) of a PaddleFormers file with tensor_model_parallel_size 2, for real: 2
+CPU ranks under `python -m paddle.distributed.launch` (gloo), the tensor-parallel mechanism's CPU stand-ins in its
+probe child only, every rank's peak from its own counters; beside bench/parallel/rank.py's 2-rank run of the same
+model and batch shape (bench/parallel_ranks.py, which also runs PaddleFormers' own workflow under the same launch:
+--workflow tp2). Each launch is waited on to its end, bounded only by HUNG (a hang fails); nothing here is timed."""
 from __future__ import annotations
 
 import json
@@ -52,8 +52,9 @@ def test_measure_runs_two_tensor_parallel_ranks_as_the_bench_measures_them(cli, 
 
 
 @pytest.mark.slow(30)
-def test_probe_searches_at_the_files_degree(cli, tmp_path, monkeypatch):
-    """The search keeps the file's degree: its whole batch fits a generous budget at tp 2, in one 2-rank probe."""
+def test_probe_and_apply_keep_the_files_degree(cli, tmp_path, monkeypatch):
+    """The search keeps the file's degree: its whole batch fits a generous budget at tp 2, in one 2-rank probe; apply
+    writes the degree back as it was and leaves the workflow's check to the launch that trains it (said)."""
     monkeypatch.chdir(ROOT)
     path = tp2_file(tmp_path)
     code, out, err = cli("probe", path, "--device", "cpu", "--budget", "64MiB", "--probe-timeout", HUNG, "--fresh",
@@ -63,3 +64,7 @@ def test_probe_searches_at_the_files_degree(cli, tmp_path, monkeypatch):
     assert f"note: {CPU_NOTE}\n" in err
     assert (report["chosen"]["tensor_parallel"], report["chosen"]["micro_batch"]) == (2, 4)
     assert [len(probe["rank_peak_bytes"]) for probe in report["probes"]] == [2] * len(report["probes"])
+    out = tmp_path / "tuned.yaml"  # apply: the saved probe's choice, the degree written back as it was
+    code, _, err = cli("apply", path, "--device", "cpu", "--budget", "64MiB", "-o", out)
+    assert code == 0, err
+    assert "tensor_model_parallel_size: 2\n" in out.read_text() and "--nproc_per_node 2" in err

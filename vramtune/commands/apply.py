@@ -60,13 +60,14 @@ def register(app: typer.Typer, backend: Backend) -> None:
         name = common.plain(format_name) or export.default_format(spec_path)
         options = common.config_options(kit_options, trailing)
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags, options, backend,
-                                       probe_timeout, writes=True)
+                                       probe_timeout)
         export.check_format(name, spec_path, spec)
         out = None if output == "-" else Path(output) if output else export.default_output(spec_path, name)
         if out is not None and out.exists() and not force:
             raise export.ExportError(f"{out} exists; pass --force to overwrite it")
         export.check_output(name, spec_path, spec, out)
         spec_session = session.open_session(spec, backend, warn=warn)
+        common.refuse_layout(spec, Strategy(**session.fixed_layout(spec)), spec_session.device)
         result = spec_session.store.load_summary()
         if result is None:
             say(f"no saved results for {spec.name} on {spec_session.device.name}: probing first")

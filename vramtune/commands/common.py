@@ -151,25 +151,15 @@ def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backen
 
 # the key a file states its tensor-parallel degree with, by model source (a vramtune spec's own: tensor_parallel)
 LAYOUT_KEYS = {"paddleformers": "tensor_model_parallel_size"}
-NOT_WRITTEN = ("{degree}: `vramtune apply` does not write a tensor-parallel file yet (the file's own workflow, which "
-               "verifies what it writes, is run as one process): `vramtune probe {file}` tunes the rest at the file's "
-               "degree, `vramtune measure {file}` runs its layout (each rank's peak), `vramtune estimate {file}` "
-               "predicts it per rank")
 
 
 def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
                      flags: dict[str, Any], kit_options: list[str], backend: Backend,
-                     probe_timeout: float | None = None, writes: bool = False) -> Spec:
+                     probe_timeout: float | None = None) -> Spec:
     """The spec with the overrides `probe` and `apply` share: budget, device, target batch, search flags, a config's
-    own overrides, the probe timeout; checked for the packages the backend's probes need. `writes` (apply): a
-    tensor-parallel layout is refused (`probe`, `measure` and `estimate` take it)."""
-    spec = load(spec_path, {**overrides(budget, device, target_batch, kit_options, probe_timeout),
+    own overrides, the probe timeout; checked for the packages the backend's probes need."""
+    return load(spec_path, {**overrides(budget, device, target_batch, kit_options, probe_timeout),
                             **search_overrides(flags)}, backend)
-    degree = session.fixed_layout(spec).get("tensor_parallel", 1)
-    if degree > 1 and writes:
-        key = LAYOUT_KEYS.get(spec.source, "tensor_parallel")
-        raise SpecError([Problem(spec.path, key, NOT_WRITTEN.format(degree=degree, file=spec_path))])
-    return spec
 
 
 def refuse_layout(spec: Spec, strategy: Strategy, device: Device, flag: bool = False) -> None:

@@ -12,8 +12,8 @@ and `fleet.distributed_optimizer`.
 On a CPU (gloo) Paddle 3.3.1 lacks some of what that runs: cpu_stand_ins.py supplies it, in the probe child only,
 each stand-in allocating what Paddle's GPU kernel allocates (tests/paddle/test_parallel_ranks.py); the output says
 so (`probe_notes`). This step keeps the file's degree: the search probes every strategy at it and does not vary
-it (search/record.py's base); `apply` refuses a degree above 1 (commands/common.py: the workflow that verifies what
-it writes runs as one process)."""
+it (search/record.py's base); `apply` writes it back as it was (the dialect's codec), and the file's own workflow
+verifies it only under the user's launch (--verify-with: vramtune runs the workflow as one process)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
