@@ -26,6 +26,7 @@ from vramtune.mechanisms import (
     recompute,
     sharding,
     static_graph,
+    tensor_parallel,
 )
 from vramtune.mechanisms.base import Mechanism
 from vramtune.sources import paddlenlp, python, vision
@@ -33,7 +34,7 @@ from vramtune.sources.base import Source
 
 MECHANISMS: tuple[Mechanism, ...] = (peft.MECHANISM, precision.MECHANISM, accumulation.MECHANISM,
                                      recompute.MECHANISM, data_parallel.MECHANISM, sharding.MECHANISM,
-                                     static_graph.MECHANISM, evaluation.MECHANISM)
+                                     tensor_parallel.MECHANISM, static_graph.MECHANISM, evaluation.MECHANISM)
 BY_NAME: dict[str, Mechanism] = {mechanism.name: mechanism for mechanism in MECHANISMS}
 SOURCES: dict[str, Source] = {source.name: source for source in (
     paddlenlp.SOURCE, vision.SOURCE, python.SOURCE, paddleclas.SOURCE, paddleocr.SOURCE, paddleseg.SOURCE,

@@ -6,7 +6,8 @@ in the layout its arguments say; prints one JSON line with this rank's host allo
 
 The peak is Paddle's host allocator peak of the measured steps (`host_memory_stat_peak_value("Allocated", 0)`,
 reset after a warm-up step, as vramtune's probes read it: vramtune/child/counters.py), so it holds the state
-(weights, gradients, AdamW moments) and the steps' activations. CPU compatibility: bench/parallel/cpu_compat.py.
+(weights, gradients, AdamW moments) and the steps' activations. CPU compatibility: bench/parallel/cpu_compat.py
+(the tensor-parallel stand-ins imported from vramtune/mechanisms/tensor_parallel/cpu_stand_ins.py).
 """
 from __future__ import annotations
 

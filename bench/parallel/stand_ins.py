@@ -1,4 +1,5 @@
-"""One rank of a check that bench/parallel/cpu_compat.py's stand-ins allocate what Paddle's GPU kernels allocate:
+"""One rank of a check that the CPU stand-ins (vramtune/mechanisms/tensor_parallel/cpu_stand_ins.py, through
+bench/parallel/cpu_compat.py) allocate what Paddle's GPU kernels allocate:
 run under `python -m paddle.distributed.launch --nproc_per_node 2` (tests/paddle/test_parallel_ranks.py); prints one
 `VRAMTUNE_STAND_INS {...}` line of host allocator bytes.
 

@@ -138,12 +138,11 @@ def test_the_recipes_layout_is_estimated_beside_the_best(fake_cli, recipe):
 def test_validate_reads_the_parallel_keys_and_names_what_nothing_estimates(fake_cli, recipe):
     cli, _ = fake_cli(FakeDevice())
     code, _, err = cli("validate", recipe)
+    # tensor_model_parallel_size and sequence_parallel are read (measure probes them): no warning
     warnings = [f"warning: {recipe}: {key}: {value} " + WARNING.format(what=what, off=off) for key, value, what, off in (
-        ("tensor_model_parallel_size", 2, "tensor parallelism", 1),
         ("pipeline_model_parallel_size", 2, "pipeline parallelism", 1),
         ("expert_model_parallel_size", 4, "expert parallelism", 1),
-        ("use_expert_parallel", True, "expert parallelism", "false"),
-        ("sequence_parallel", True, "sequence parallelism", "false"))]
+        ("use_expert_parallel", True, "expert parallelism", "false"))]
     assert (code, err) == (0, "\n".join([*warnings, f"ok for estimate: {recipe} (probe and apply refuse its "
                                                     "parallel keys here)"]) + "\n")
     recipe.write_text(QWEN3_MOE + OFFLOAD)
@@ -154,8 +153,8 @@ def test_validate_reads_the_parallel_keys_and_names_what_nothing_estimates(fake_
     code, _, err = cli("estimate", recipe, "--card", "80GB")
     assert code == 0 and "note: tensorwise_offload_optimizer: True is not modelled: the figures are without it\n" in err
     code, _, err = cli("probe", recipe)
-    assert code == 2 and f"error: {recipe}: tensor_model_parallel_size: 2 " + WARNING.format(
-        what="tensor parallelism", off=1) in err
+    assert code == 2 and f"error: {recipe}: pipeline_model_parallel_size: 2 " + WARNING.format(
+        what="pipeline parallelism", off=1) in err
 
 
 def test_devices_the_files_layout_cannot_divide_exit_2(fake_cli, recipe):

@@ -43,6 +43,8 @@ STATED = {  # keys over config_text's (a CPU file: float32, sharding "", per_dev
     "stage3 over 4": {"sharding": "stage3", "sharding_parallel_size": 4},
     "none over 2": {"sharding": "", "sharding_parallel_size": 2},
     "stage2 over 1": {"sharding": "stage2", "sharding_parallel_size": 1}, "two stages over 1": {"sharding": "stage1 stage2"},
+    "tp2": {"tensor_model_parallel_size": 2}, "tp2 sp": {"tensor_model_parallel_size": 2, "sequence_parallel": True},
+    "tp -1": {"tensor_model_parallel_size": -1}, "tp2 no sp": {"tensor_model_parallel_size": 2, "sequence_parallel": False},
     "every key": {**GPU, "compute_type": "bf16", "fp16_opt_level": "O2", **EVERY_LAYER, "sharding": "stage2",
                   "sharding_parallel_size": 2, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 3},
     # read by neither
@@ -106,13 +108,17 @@ def test_the_files_keys_read_as_the_round_trip_reads_them(tmp_path, folders, mod
 def test_what_the_keys_read_as(tmp_path, folders):
     """A few by value (the others: as the round trip reads them)."""
     labels = {}
-    for model, name in (("llama", "every key"), ("qwen3-4", "block 3"), ("llama", "block 3"), ("llama", "bf16")):
+    for model, name in (("llama", "every key"), ("qwen3-4", "block 3"), ("llama", "block 3"), ("llama", "bf16"),
+                        ("llama", "tp2"), ("llama", "tp2 sp"), ("llama", "tp -1")):
         spec = _spec(tmp_path, folders, model, name)
         labels[model, name] = [stated(spec, kind).label() for kind in KINDS]
     assert labels == {("llama", "every key"): ["fp32 m=2 k=3 r=2 n=2 s=2", "bf16-o2 m=2 k=3 r=2 n=2 s=2"],
                       ("qwen3-4", "block 3"): ["fp32 m=4 k=1 r=3", "fp32 m=4 k=1 r=3"],
                       ("llama", "block 3"): ["fp32 m=4 k=1 r=0", "fp32 m=4 k=1 r=0"],  # llama: every layer or none
-                      ("llama", "bf16"): ["fp32 m=4 k=1 r=0", "bf16 m=4 k=1 r=0"]}  # a CPU runs fp32
+                      ("llama", "bf16"): ["fp32 m=4 k=1 r=0", "bf16 m=4 k=1 r=0"],  # a CPU runs fp32
+                      ("llama", "tp2"): ["fp32 m=4 k=1 r=0 tp=2", "fp32 m=4 k=1 r=0 tp=2"],
+                      ("llama", "tp2 sp"): ["fp32 m=4 k=1 r=0 tp=2 sp", "fp32 m=4 k=1 r=0 tp=2 sp"],
+                      ("llama", "tp -1"): ["fp32 m=4 k=1 r=0", "fp32 m=4 k=1 r=0"]}
 
 
 @pytest.mark.parametrize(("model", "name", "kind", "key"), REFUSED)

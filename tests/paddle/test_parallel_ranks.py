@@ -1,5 +1,6 @@
 """Tensor parallel for real: PaddleFormers 1.2's tiny Llama with tensor_model_parallel_size 2 on 2 CPU ranks under
-`python -m paddle.distributed.launch` (gloo, bench/parallel/cpu_compat.py's CPU stand-ins in its children only), each
+`python -m paddle.distributed.launch` (gloo, the tensor-parallel mechanism's CPU stand-ins,
+vramtune/mechanisms/tensor_parallel/cpu_stand_ins.py, in its children only), each
 rank's host allocator peak beside the layouts' estimate (bench/parallel_ranks.py runs the other layouts); and the
 stand-ins' own allocations against what Paddle's GPU kernels allocate. Each launch is waited on to its end; nothing
 here is timed."""

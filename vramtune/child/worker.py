@@ -145,7 +145,7 @@ def run_probe(job_data: dict[str, Any]) -> dict[str, Any]:
     except BuildError as error:
         return {"status": "crashed", "error": f"{job.spec_path}: {error}", "error_kind": "build",
                 "phases": phases.seconds}
-    paddle.seed(job.seed + ranks.rank())  # and each its own data
+    paddle.seed(job.seed + ranks.rank() // strategy.tensor_parallel)  # each data-parallel replica its own data
     batch = built.make_batch(strategy.micro_batch)
 
     def loss_fn(data):

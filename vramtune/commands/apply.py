@@ -67,6 +67,7 @@ def register(app: typer.Typer, backend: Backend) -> None:
             raise export.ExportError(f"{out} exists; pass --force to overwrite it")
         export.check_output(name, spec_path, spec, out)
         spec_session = session.open_session(spec, backend, warn=warn)
+        common.refuse_layout(spec, Strategy(**session.fixed_layout(spec)), spec_session.device)
         result = spec_session.store.load_summary()
         if result is None:
             say(f"no saved results for {spec.name} on {spec_session.device.name}: probing first")

@@ -20,7 +20,8 @@ from typer.core import TyperGroup
 from vramtune import __version__
 from vramtune.commands import packages
 from vramtune.core import units
-from vramtune.core.strategy import FIELDS
+from vramtune.core.records import Device
+from vramtune.core.strategy import FIELDS, Strategy
 from vramtune.dialects.verify_with import problems as verify_with_problems
 from vramtune.plugins import MECHANISMS, SOURCES
 from vramtune.probing import interrupts
@@ -148,6 +149,10 @@ def load(spec_path: Path, changes: dict[str, Any] | None = None, backend: Backen
     return spec
 
 
+# the key a file states its tensor-parallel degree with, by model source (a vramtune spec's own: tensor_parallel)
+LAYOUT_KEYS = {"paddleformers": "tensor_model_parallel_size"}
+
+
 def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, target_batch: int | None,
                      flags: dict[str, Any], kit_options: list[str], backend: Backend,
                      probe_timeout: float | None = None) -> Spec:
@@ -155,6 +160,17 @@ def load_tuning_spec(spec_path: Path, budget: str | None, device: str | None, ta
     own overrides, the probe timeout; checked for the packages the backend's probes need."""
     return load(spec_path, {**overrides(budget, device, target_batch, kit_options, probe_timeout),
                             **search_overrides(flags)}, backend)
+
+
+def refuse_layout(spec: Spec, strategy: Strategy, device: Device, flag: bool = False) -> None:
+    """A tensor-parallel layout this device or Paddle cannot run (the mechanism says why): exit 2, by the file's key
+    (`flag`: by --tensor-parallel, which gave it)."""
+    if strategy.tensor_parallel < 2:
+        return
+    refused = next(m for m in MECHANISMS if m.name == "tensor_parallel").unsupported(strategy, device)
+    if refused:
+        key = "--tensor-parallel" if flag else LAYOUT_KEYS.get(spec.source, "tensor_parallel")
+        raise SpecError([Problem(spec.path, key, f"{strategy.tensor_parallel}: {refused}")])
 
 
 def _save_traceback() -> str:

@@ -52,6 +52,9 @@ def register(app: typer.Typer, backend: Backend) -> None:
         for note in SOURCES[spec.source].measured_notes(spec.model, spec_session.device.kind):
             output.say(f"note: {note}")
         strategy = session.strategy_from_flags(spec, given)
+        common.refuse_layout(spec, strategy, spec_session.device, flag=bool(flags.get("tensor_parallel")))
+        for note in session.probe_notes(strategy, spec_session.device.kind):
+            output.say(f"note: {note}")
         result = session.measure_checked(spec_session, strategy, on_wait=output.say)
         if unjudged and result.measured:
             result = dataclasses.replace(result, budget_bytes=None)

@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 import typer
 
 from vramtune.commands import common
+from vramtune.core.strategy import Strategy
 from vramtune.core.units import format_bytes
 from vramtune.probing.runner import Backend
 from vramtune.render import output
@@ -31,6 +32,10 @@ def register(app: typer.Typer, backend: Backend) -> None:
         spec = common.load_tuning_spec(spec_path, budget, device, target_batch, flags,
                                        common.config_options(kit_options, trailing), backend, probe_timeout)
         spec_session = session.open_session(spec, backend, warn=output.warn)
+        layout = Strategy(**session.fixed_layout(spec))  # the file's tensor-parallel degree: kept by the search
+        common.refuse_layout(spec, layout, spec_session.device)
+        for note in session.probe_notes(layout, spec_session.device.kind):
+            output.say(f"note: {note}")
         output.say(f"tuning {spec.name} on {spec_session.device.name} for target batch "
                    f"{spec.train.target_batch} within {format_bytes(spec_session.budget.bytes)}")
         result = common.tune_and_show(spec_session, fresh, verbose)

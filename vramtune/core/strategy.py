@@ -93,6 +93,12 @@ FIELDS: dict[str, Field] = {field.name: field for field in (
     Field("sharding_stage", int, 0, "--sharding-stage", "-s", "ZeRO-style sharding over the ranks: 1 optimizer "
           "state, 2 + gradients, 3 + parameters", "sharding", _one_of(SHARDING_STAGES, "0, 1, 2 or 3"),
           label=lambda s, facts: f"s={s.sharding_stage}" if s.sharding_stage else ""),
+    Field("tensor_parallel", int, 1, "--tensor-parallel", "-T", "tensor-parallel ranks each layer is split over "
+          "(a PaddleFormers model's own split; launched beside the data-parallel ones)", "tensor_parallel",
+          positive(1024), label=lambda s, facts: f"tp={s.tensor_parallel}" if s.tensor_parallel > 1 else ""),
+    Field("sequence_parallel", bool, False, "--sequence-parallel", "-S", "with tensor parallelism, the activations "
+          "outside attention and the MLP split along the sequence", "tensor_parallel", _flag,
+          label=lambda s, facts: "sp" if s.sequence_parallel else ""),
     Field("to_static", bool, False, "--to-static", "-t", "compile the forward with paddle.jit.to_static",
           "to_static", _flag, label=lambda s, facts: "static" if s.to_static else ""),
 )}
@@ -109,12 +115,19 @@ class Strategy:
     recompute_granularity: str = "full"
     devices: int = 1
     sharding_stage: int = 0
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
     to_static: bool = False
 
     @property
     def batch(self) -> int:
         """Samples per optimizer step, over every data-parallel rank."""
         return self.micro_batch * self.accumulation * self.devices
+
+    @property
+    def ranks(self) -> int:
+        """The processes a probe of it launches: every data-parallel rank's tensor-parallel ranks."""
+        return self.devices * self.tensor_parallel
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -173,6 +173,11 @@ class Runtime:
     """A mechanism in the probe child and in `vramtune.runtime` (import Paddle inside): applied in registry order by
     child/preparing.py and child/training.py."""
 
+    def probe_notes(self, strategy: Strategy, device_kind: str) -> list[str]:
+        """What a probe of `strategy` on this kind of device runs differently from the path it stands for, in
+        words (said with the measurement)."""
+        return []
+
     def configure_model(self, config: Any, strategy: Strategy, settings: Any) -> None:
         """Before the model is built: set what a model reads from its configuration at construction (PaddleNLP's
         recompute granularity and layers). Only sources with such a configuration call it."""

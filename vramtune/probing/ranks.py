@@ -30,15 +30,15 @@ class Launch(NamedTuple):
 
 
 def launcher(strategy: Strategy, device: Device, arguments: list[str], env: dict[str, str]) -> Launch | None:
-    """Several ranks: the worker under paddle.distributed.launch, with a free block of ports for the rendezvous and
-    nothing inherited that would reconfigure the launcher; each rank writes OUT.rankN. None: one rank, the worker as
-    it is."""
-    if strategy.devices == 1:
+    """Several ranks (every data-parallel rank's tensor-parallel ranks): the worker under paddle.distributed.launch,
+    with a free block of ports for the rendezvous and nothing inherited that would reconfigure the launcher; each
+    rank writes OUT.rankN. None: one rank, the worker as it is."""
+    if strategy.ranks == 1:
         return None
-    argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.devices),
-            *launch_devices(device, strategy.devices, env), "--log_dir", "log", "--job_id", "vramtune",
+    argv = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(strategy.ranks),
+            *launch_devices(device, strategy.ranks, env), "--log_dir", "log", "--job_id", "vramtune",
             "--log_overwrite", "true", "--max_restart", "0", "--host", "127.0.0.1", str(WORKER), *arguments]
-    return Launch(argv, launcher_env(env, strategy.devices, device.kind), strategy.devices)
+    return Launch(argv, launcher_env(env, strategy.ranks, device.kind), strategy.ranks)
 
 
 def _free(port: int) -> bool:

@@ -56,7 +56,7 @@ class Prediction:
         group not yet measured: prior) or a probe it placed failed without figures; and on a CPU, whose probes
         report their figures even over the budget (a CPU run never waits for the count)."""
         if self.problem.activations is None or self.prior_missed or self.roles.without_axes(strategy) != strategy \
-                or self.problem.device.kind == "cpu":
+                or self.problem.device.kind == "cpu" or strategy.tensor_parallel > 1:  # config.json's: one whole rank
             return None
         if any(result.used_bytes for result in self.results.values()):
             return None  # activations measured: another precision's, scaled (prior), say more than config.json

@@ -28,7 +28,10 @@ class Record:
         self.learned: Facts = {}  # what the probes learned about the model
         self.least_state: float | None = None  # the least counted state of a setting not probed for it
         self.prediction = Prediction(problem, self.roles, self.results, self.learned)
-        self.base = Strategy(devices=ranks(self.problem.settings))  # every mechanism off, the user's ranks set
+        layout = self.problem.settings.get("tensor_parallel")  # the file's degree: kept by the search
+        self.base = Strategy(devices=ranks(self.problem.settings),  # every mechanism off, the user's ranks set
+                             **({"tensor_parallel": layout.degree, "sequence_parallel": layout.sequence}
+                                if layout else {}))
 
     def settings(self, mechanism: str) -> Any:
         return self.problem.settings.get(mechanism)

@@ -108,18 +108,23 @@ def measure(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
         return ProbeResult("unsupported", strategy, error=reason, budget_bytes=session.budget.bytes,
                            device={"name": session.device.name, "kind": session.device.kind},
                            paddle_version=session.device.paddle_version)
-    several = strategy.devices > 1
+    several = strategy.ranks > 1
     if session.device.kind == "gpu" and not (session.doctor_checked and (session.ranks_checked or not several)):
         require_doctor(session.device, session.backend, on_wait, ranks=several)
         session.doctor_checked, session.ranks_checked = True, session.ranks_checked or several
     job = job_for(session.spec, strategy, session.device, session.budget)
     job.check_sample = not session.shapes_checked
-    with devices_locked(session.device, strategy.devices, on_wait, f"probing on {session.device.name}"):
+    with devices_locked(session.device, strategy.ranks, on_wait, f"probing on {session.device.name}"):
         result = session.backend.measure(job, session.spec.probe.timeout, session.budget)
     if result.status == "oom" and session.device.kind == "gpu" and result.budget_bytes is None:
         result = dataclasses.replace(result, budget_bytes=session.budget.bytes)  # what it ran out under (still_holds)
     session.shapes_checked = session.shapes_checked or result.peak_bytes is not None  # it trained
     return result.judged(session.budget, [m.judge for m in MECHANISMS])
+
+
+def probe_notes(strategy: Strategy, device_kind: str) -> list[str]:
+    """What a probe of the strategy runs differently on this kind of device (the mechanisms' words)."""
+    return [note for mechanism in MECHANISMS for note in mechanism.probe_notes(strategy, device_kind)]
 
 
 def measure_checked(session: Session, strategy: Strategy, on_wait: Say) -> ProbeResult:
@@ -130,6 +135,12 @@ def measure_checked(session: Session, strategy: Strategy, on_wait: Say) -> Probe
     return result
 
 
+def fixed_layout(spec: Spec) -> dict[str, Any]:
+    """The tensor-parallel degree and sequence parallelism the spec fixes for every probe (the search keeps them)."""
+    settings = spec.settings.get("tensor_parallel")
+    return {"tensor_parallel": settings.degree, "sequence_parallel": settings.sequence} if settings else {}
+
+
 def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
     """The strategy `vramtune measure` was given; every bad flag is reported at once (exit 2)."""
     problems = []
@@ -138,7 +149,7 @@ def strategy_from_flags(spec: Spec, values: dict[str, Any]) -> Strategy:
         message = field.check(value) if value is not None else None
         if message:
             problems.append(Problem(spec.path, field.flag, message))
-    values = {"devices": spec.devices, **{k: v for k, v in values.items() if v is not None}}
+    values = {"devices": spec.devices, **fixed_layout(spec), **{k: v for k, v in values.items() if v is not None}}
     micro, devices = values.get("micro_batch") or 0, values.get("devices", 1)
     per_rank = spec.train.target_batch // devices
     if values.get("accumulation") is None:

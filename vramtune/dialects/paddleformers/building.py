@@ -114,7 +114,7 @@ def _sft_batches(settings: FormersModel, config: Any, model_args: Any, data_args
     from paddleformers.datasets.SFTDataset import Sequence
 
     vocab, length = config.vocab_size, settings.seq_len
-    pad_to = data_args.max_seq_len if settings.packing else None
+    pad_to = data_args.max_seq_len if settings.padded_to_max else None
     tokenizer = _Padding(getattr(config, "pad_token_id", 0) or 0)
 
     def make_batch(batch: int) -> dict[str, Any]:
@@ -166,7 +166,7 @@ def _dpo(settings: FormersModel, parsed: tuple[Any, Any, Any], config: Any, conf
             parameter.stop_gradient = True
     model = _with_lora(model_args, training_args, model)
     criterion = CriterionLayer(config)
-    pad_to = data_args.max_seq_len if settings.packing else None
+    pad_to = data_args.max_seq_len if settings.padded_to_max else None
 
     def make_batch(batch: int) -> dict[str, Any]:
         collated = dpo_collate_fn([[sequence]] * batch, tokenizer, training_args, max_seq_len=pad_to,

@@ -39,7 +39,8 @@ EVALUATION_STRATEGIES = ("no", "steps", "epoch")
 def from_formers(config: Section) -> dict[str, Any]:
     """What the file says of precision, sharding, to_static and evaluation, as dotted spec keys; problems recorded on
     the section, by the file's own key names."""
-    return {**_precision(config), **_sharding(config), **_static(config), **_evaluation(config)}
+    return {**_precision(config), **_sharding(config), **_tensor_parallel(config), **_static(config),
+            **_evaluation(config)}
 
 
 def _precision(config: Section) -> dict[str, Any]:
@@ -85,6 +86,19 @@ def _sharding(config: Section) -> dict[str, Any]:
     return {"devices": degree} if degree and degree > 1 else {}
 
 
+def _tensor_parallel(config: Section) -> dict[str, Any]:
+    """tensor_model_parallel_size (PaddleFormers' default -1: none) and sequence_parallel: the layout a probe runs
+    and the search keeps (the tensor-parallel mechanism reads them as `tensor_parallel` and `sequence_parallel`)."""
+    degree = config.get("tensor_model_parallel_size", int, -1)
+    sequence = config.get("sequence_parallel", bool, False)
+    degree = degree if degree and degree > 1 else 1
+    if sequence and degree < 2:
+        config.fail("sequence_parallel", "true needs tensor parallelism: set tensor_model_parallel_size above 1 (or "
+                                         "sequence_parallel: false)")
+        return {}
+    return {**({"tensor_parallel": degree} if degree > 1 else {}), **({"sequence_parallel": True} if sequence else {})}
+
+
 def _static(config: Section) -> dict[str, Any]:
     """The Trainer converts with its own to_static key (refused when on: not measured), so vramtune's is not searched
     either."""
@@ -114,7 +128,7 @@ def to_formers(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
     """The keys of the user's config that say the tuned values, and their values (`roundtrip.DELETE` removes a key);
     `apply` writes those that differ from the file."""
     return {**_precision_keys(tuned), **batch_keys(tuned), **_recompute_keys(config, tuned),
-            **_sharding_keys(config, tuned)}
+            **_sharding_keys(config, tuned), **_tensor_parallel_keys(config, tuned)}
 
 
 def _precision_keys(tuned: Tuned) -> dict[str, Any]:
@@ -155,6 +169,17 @@ def _sharding_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
     if stage:
         return {"sharding": f"stage{stage}", "sharding_parallel_size": ranks}
     return {"sharding": ""} if ranks > 1 and config.get("sharding", FORMERS_DEFAULTS["sharding"]) else {}
+
+
+def _tensor_parallel_keys(config: dict[str, Any], tuned: Tuned) -> dict[str, Any]:
+    """The tensor-parallel degree and sequence parallelism measured (the file's own: the search keeps them); none
+    where the file runs without (its own spelling of that, -1 or 1 or no key, kept)."""
+    strategy = tuned.strategy
+    if strategy.tensor_parallel < 2:
+        return {}
+    sequence = {"sequence_parallel": True} if strategy.sequence_parallel else \
+        ({"sequence_parallel": False} if "sequence_parallel" in config else {})
+    return {"tensor_model_parallel_size": strategy.tensor_parallel, **sequence}
 
 
 def formers_on_cpu(arguments: dict[str, Any]) -> dict[str, Any]:

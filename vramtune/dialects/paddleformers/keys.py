@@ -23,7 +23,6 @@ def _above_one(value: Any) -> bool:
 
 # key -> (whether its value changes memory in a way vramtune does not measure, what to do)
 REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tensor_model_parallel_size": (_above_one, "tensor parallelism is " + LAYOUT.format(off=1)),
     "pipeline_model_parallel_size": (_above_one, "pipeline parallelism is " + LAYOUT.format(off=1)),
     "virtual_pipeline_model_parallel_size": (_above_one, "interleaved pipeline parallelism is "
                                              + LAYOUT.format(off=1)),
@@ -31,7 +30,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sep_parallel_size": (_above_one, f"sep (sequence) parallelism is not measured: set it to 1, {ESTIMATE}"),
     "expert_model_parallel_size": (_above_one, "expert parallelism is " + LAYOUT.format(off=1)),
     "use_expert_parallel": (_on, "expert parallelism is " + LAYOUT.format(off="false")),
-    "sequence_parallel": (_on, "sequence parallelism is " + LAYOUT.format(off="false")),
     "enable_auto_parallel": (_on, "auto parallel is not measured: set it to false"),
     "weight_quantize_algo": (_on, "quantized weights need GPU kernels; a probe would measure unquantized weights: "
                              f"remove the key to tune without quantization, {ESTIMATE}"),

@@ -34,6 +34,13 @@ class FormersModel:
     def packing(self) -> bool:
         return bool(self.arguments.get("packing")) or bool(self.arguments.get("padding_free"))
 
+    @property
+    def padded_to_max(self) -> bool:
+        """Whether the workflow pads every row to max_seq_len: packing, or sequence parallelism (run_sft's
+        `max_seq_len = data_args.max_seq_len if packing or sequence_parallel ...`: the sequence is split over the
+        tensor-parallel ranks at a fixed length)."""
+        return self.packing or self.arguments.get("sequence_parallel") is True
+
 
 def cpu_equivalents(arguments: dict[str, Any]) -> dict[str, Any]:
     """The file's GPU-only settings and their CPU equivalents for a probe on CPU (never written back)."""

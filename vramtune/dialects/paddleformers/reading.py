@@ -131,6 +131,9 @@ def _sequence(section: Section, config: dict[str, Any], folder: str | None, data
     if config.get("packing") or config.get("padding_free"):
         return {"seq_len": max_seq_len, "seq_note": f"sequence length {max_seq_len}: max_seq_len (packing fills "
                                                     "every row to it)"}
+    if config.get("sequence_parallel") is True:
+        return {"seq_len": max_seq_len, "seq_note": f"sequence length {max_seq_len}: max_seq_len (with sequence "
+                                                    "parallelism the workflow pads every row to it)"}
     if folder and datasets and not read_data:
         return {"seq_len": max_seq_len, "seq_note": DATA_AT_PROBE_TIME}
     if not (folder and datasets):

@@ -34,10 +34,11 @@ def stated(spec: Spec, device_kind: str) -> Strategy:
     precision = _stated_precision(keys, device_kind, refuse)
     blocks = _stated_blocks(keys, *model_depth(spec.model.folder), refuse)
     stage = _stated_stage(keys, spec.devices, refuse)
+    degree, sequence = _stated_tensor_parallel(keys)
     if problems:
         raise SpecError(problems)
     return Strategy(precision=precision, micro_batch=batch[0], accumulation=batch[1], recomputed_blocks=blocks,
-                    devices=spec.devices, sharding_stage=stage)
+                    devices=spec.devices, sharding_stage=stage, tensor_parallel=degree, sequence_parallel=sequence)
 
 
 def _stated_batch(keys: dict[str, Any], per_rank: int, refuse: Refuse) -> tuple[int, int]:
@@ -102,6 +103,14 @@ def _stated_blocks(keys: dict[str, Any], layers: int, model_type: str, refuse: R
                                    "layer: recompute_method uniform, recompute_num_layers 1)")
         return 0
     return first
+
+
+def _stated_tensor_parallel(keys: dict[str, Any]) -> tuple[int, bool]:
+    """tensor_model_parallel_size (above 1; -1, 1 or no key: none) and sequence_parallel (the reader has refused it
+    without tensor parallelism)."""
+    degree = keys.get("tensor_model_parallel_size")
+    degree = degree if isinstance(degree, int) and not isinstance(degree, bool) and degree > 1 else 1
+    return degree, degree > 1 and keys.get("sequence_parallel") is True
 
 
 def _stated_stage(keys: dict[str, Any], devices: int, refuse: Refuse) -> int:

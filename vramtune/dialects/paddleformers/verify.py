@@ -49,11 +49,11 @@ def tool_run(request: VerifyRequest) -> ToolRun | str:
     """The workflow on the tuned file, bounded; its CPU equivalents said. A command the user names runs instead."""
     if request.command:
         return user_run(request, "PaddleFormers command", "paddleformers.trainer")
-    if request.strategy.devices > 1:
-        return (f"the workflow trains it on {request.strategy.devices} ranks, and vramtune runs it on one process "
-                "only yet: name the launch that trains it to verify it, --verify-with \"python -m "
-                f"paddle.distributed.launch --nproc_per_node {request.strategy.devices} -m paddleformers.cli.launcher "
-                "train {file}\"")
+    ranks = request.strategy.ranks  # every data-parallel rank's tensor-parallel ranks
+    if ranks > 1:
+        return (f"the workflow trains it on {ranks} ranks, and vramtune runs it on one process only yet: name the "
+                "launch that trains it to verify it, --verify-with \"python -m paddle.distributed.launch "
+                f"--nproc_per_node {ranks} -m paddleformers.cli.launcher train {{file}}\"")
     if request.spec.model.stage in keys.VL_STAGES and request.device.kind == "cpu":
         return keys.VL_NOT_VERIFIED
     spec, notes = request.spec, []
