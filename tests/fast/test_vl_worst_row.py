@@ -108,3 +108,14 @@ def test_what_a_vl_probe_does_not_measure_is_refused_by_name(fake_cli, vl_folder
     assert (code, out, backend.jobs) == (2, "", [])
     assert err == (f"error: {config}: stage: {why}: vramtune estimate {config} --card SIZE estimates it from the "
                    "model's config.json (vision tower, aligner, language model, image tokens at the resolution cap)\n")
+
+
+def test_a_model_whose_module_needs_triton_says_to_install_it():
+    """PaddleOCR-VL's module decorates its kernels with @triton.jit at import: without the package the build raises
+    NameError, said with what to do (a CPU never calls the kernels)."""
+    from vramtune.dialects.paddleformers.model import architecture_error
+
+    said = str(architecture_error("./PaddleOCR-VL", NameError("name 'triton' is not defined")))
+    assert said == ("model_name_or_path: ./PaddleOCR-VL: PaddleFormers cannot build it: NameError: name 'triton' is not "
+                    "defined: its module imports the triton package (its GPU kernels, never called on a CPU): pip "
+                    "install triton")

@@ -106,6 +106,9 @@ def architecture_error(folder: str, error: Exception) -> BuildError:
         return BuildError(f"model_name_or_path: {folder}: PaddleFormers builds this architecture through paddlefleet, "
                           "which is not on PyPI (nor on this machine): vramtune cannot probe it here; estimate it "
                           "without measuring: vramtune estimate")
+    if isinstance(error, NameError) and "'triton'" in str(error):
+        return BuildError(f"model_name_or_path: {folder}: PaddleFormers cannot build it: {text}: its module imports "
+                          "the triton package (its GPU kernels, never called on a CPU): pip install triton")
     return BuildError(f"model_name_or_path: {folder}: PaddleFormers cannot build it: {text[:300]}")
 
 
